@@ -1,0 +1,33 @@
+"""pydlpack: one zero-copy object that speaks every array-exchange protocol.
+
+``asdlpack(obj)`` accepts DLPack (``__dlpack__`` or capsules), ``__cuda_array_interface__``,
+``__array_interface__``, ``__array_struct__``, the buffer protocol and ctypes DLPack pointers,
+and returns a ``DLPackObject`` that speaks all of them.
+"""
+
+from dlpack._core import DLPackObject, asdlpack, todict
+from dlpack._types import (
+    DLPACK_VERSION,
+    FLAG_BITMASK_IS_COPIED,
+    FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+    FLAG_BITMASK_READ_ONLY,
+    DLDataTypeCode,
+    DLDeviceType,
+    DType,
+)
+
+__version__ = "1.0.0"
+
+__all__ = [
+    "DLPACK_VERSION",
+    "FLAG_BITMASK_IS_COPIED",
+    "FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
+    "FLAG_BITMASK_READ_ONLY",
+    "DLDataTypeCode",
+    "DLDeviceType",
+    "DLPackObject",
+    "DType",
+    "__version__",
+    "asdlpack",
+    "todict",
+]

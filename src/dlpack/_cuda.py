@@ -1,0 +1,146 @@
+"""The CUDA driver calls pydlpack needs, loaded only when CUDA data is seen.
+
+Everything goes through one ``Driver`` (ctypes on ``libcuda.so.1``); tests replace it with
+``set_driver`` to check the exact calls on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Protocol
+
+from dlpack._types import DLDeviceType
+
+# Driver API constants (cuda.h).
+CU_POINTER_ATTRIBUTE_CONTEXT = 1
+CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_MEMORYTYPE_HOST = 1
+CU_MEMORYTYPE_DEVICE = 2
+CU_MEMORYTYPE_UNIFIED = 4
+CU_EVENT_DISABLE_TIMING = 2
+LEGACY_DEFAULT_STREAM = 1
+PER_THREAD_DEFAULT_STREAM = 2
+
+
+class CudaError(BufferError):
+    """A CUDA driver call failed, or there is no driver."""
+
+
+class DriverAPI(Protocol):
+    def pointer_attributes(self, ptr: int) -> tuple[int, int, bool]: ...
+    def stream_wait(self, producer: int, consumer: int) -> None: ...
+    def stream_synchronize(self, stream: int) -> None: ...
+
+
+class Driver:
+    """ctypes bindings to the few CUDA driver entry points used here."""
+
+    def __init__(self, path: str = "libcuda.so.1") -> None:
+        try:
+            self.lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise CudaError(f"CUDA data needs the CUDA driver, but {path} cannot be loaded "
+                            f"({e}); is an NVIDIA driver installed?") from None
+        self._check("cuInit", self.lib.cuInit(0))
+
+    def _check(self, what: str, rc: int) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(rc, ctypes.byref(name))
+            raise CudaError(f"CUDA driver: {what} failed with "
+                            f"{(name.value or b'error').decode()} ({rc})")
+
+    def _attribute(self, ctype, attribute: int, ptr: int):
+        value = ctype()
+        self._check(f"cuPointerGetAttribute({attribute}, {ptr:#x})",
+                    self.lib.cuPointerGetAttribute(ctypes.byref(value), attribute,
+                                                   ctypes.c_uint64(ptr)))
+        return value.value
+
+    def pointer_attributes(self, ptr: int) -> tuple[int, int, bool]:
+        """(memory type, device ordinal, is managed) of a device pointer."""
+        mem = self._attribute(ctypes.c_uint, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+        ordinal = self._attribute(ctypes.c_int, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        managed = bool(self._attribute(ctypes.c_uint, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr))
+        return mem, ordinal, managed
+
+    def stream_wait(self, producer: int, consumer: int) -> None:
+        """Make ``consumer`` wait for the work queued so far on ``producer`` (no host block)."""
+        event = ctypes.c_void_p()
+        self._check("cuEventCreate", self.lib.cuEventCreate(ctypes.byref(event),
+                                                            CU_EVENT_DISABLE_TIMING))
+        try:
+            self._check("cuEventRecord", self.lib.cuEventRecord(event, ctypes.c_void_p(producer)))
+            self._check("cuStreamWaitEvent",
+                        self.lib.cuStreamWaitEvent(ctypes.c_void_p(consumer), event, 0))
+        finally:
+            self.lib.cuEventDestroy_v2(event)
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._check("cuStreamSynchronize", self.lib.cuStreamSynchronize(ctypes.c_void_p(stream)))
+
+
+_driver: DriverAPI | None = None
+
+
+def driver() -> DriverAPI:
+    """The driver in use, loading libcuda on first need."""
+    global _driver
+    if _driver is None:
+        _driver = Driver()
+    return _driver
+
+
+def set_driver(d: DriverAPI | None) -> DriverAPI | None:
+    """Replace the driver (tests); returns the previous one. ``None`` reloads lazily."""
+    global _driver
+    previous, _driver = _driver, d
+    return previous
+
+
+def pointer_device(ptr: int) -> tuple[int, int]:
+    """(DLDeviceType, ordinal) owning a CUDA pointer; NULL (zero-size) maps to CUDA:0."""
+    if ptr == 0:
+        return DLDeviceType.kDLCUDA, 0
+    mem, ordinal, managed = driver().pointer_attributes(ptr)
+    if managed or mem == CU_MEMORYTYPE_UNIFIED:
+        return DLDeviceType.kDLCUDAManaged, ordinal
+    if mem == CU_MEMORYTYPE_HOST:
+        return DLDeviceType.kDLCUDAHost, max(ordinal, 0)
+    if mem == CU_MEMORYTYPE_DEVICE:
+        return DLDeviceType.kDLCUDA, ordinal
+    raise CudaError(f"__cuda_array_interface__: pointer {ptr:#x} has CUDA memory type {mem}, "
+                    "which DLPack cannot describe")
+
+
+def consumer_stream(stream: object) -> int | None:
+    """The CUDA stream handle a DLPack consumer's ``stream`` argument names (None: no sync)."""
+    if stream is None:
+        return LEGACY_DEFAULT_STREAM          # array API: None means the legacy default stream
+    if type(stream) is bool or not isinstance(stream, int):
+        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int")
+    if stream == -1:
+        return None
+    if stream == 0:
+        raise BufferError("__dlpack__: stream = 0 is disallowed for CUDA (ambiguous); pass 1 "
+                          "for the legacy default stream or 2 for per-thread")
+    return stream
+
+
+def sync_for_consumer(producer: int | None, stream: object, provider: object = None) -> None:
+    """Order the consumer's stream after the producer's pending work.
+
+    ``producer`` is the stream the data's work is on (None: nothing to wait for).
+    A DLPack ``provider`` is asked again with the consumer's stream, so it syncs itself.
+    """
+    consumer = consumer_stream(stream)
+    if consumer is None:
+        return
+    if provider is not None:
+        provider.__dlpack__(stream=consumer)           # its capsule is dropped unconsumed
+        return
+    if producer is None or producer == consumer:
+        return
+    driver().stream_wait(producer, consumer)

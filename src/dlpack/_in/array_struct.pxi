@@ -1,0 +1,58 @@
+# Provider: __array_struct__ (a capsule holding NumPy's PyArrayInterface C struct).
+
+cdef enum:
+    ARR_ALIGNED = 0x100
+    ARR_NOTSWAPPED = 0x200
+    ARR_WRITEABLE = 0x400
+    ARR_HAS_DESCR = 0x800
+
+
+cdef DLPackObject _from_array_struct(object obj, object capsule):
+    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    cdef PyArrayInterface *s
+    cdef int i
+    cdef Py_ssize_t itemsize
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferError(f"__array_struct__ is a {type(capsule).__name__}, not a PyCapsule")
+    s = <PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
+    if s.two != 2:
+        raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "
+                          "(not a PyArrayInterface)")
+    if s.nd < 0:
+        raise BufferError(f"__array_struct__: field 'nd' = {s.nd} is negative")
+    itemsize = s.itemsize
+    typestr = f"|{chr(s.typekind)}{itemsize}"
+    descr = <object>s.descr if s.flags & ARR_HAS_DESCR and s.descr != NULL else None
+    code, bits, flags = _types.parse_typestr(
+        "__array_struct__", typestr, _ml_name(obj, typestr, descr))
+    if itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
+        raise BufferError("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
+                          "non-native byte order; byte-swap it first")
+    if not s.flags & ARR_ALIGNED:
+        raise BufferError("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
+                          "cannot be exchanged through DLPack")
+    self.dl.dtype.code = code
+    self.dl.dtype.bits = bits
+    self.dl.dtype.lanes = 1
+    self._flags = flags | (0 if s.flags & ARR_WRITEABLE else FLAG_READ_ONLY)
+    self._alloc_dims(s.nd)
+    for i in range(s.nd):
+        self.dl.shape[i] = s.shape[i]
+    if s.strides == NULL:
+        self._c_strides()
+    else:
+        for i in range(s.nd):
+            if s.strides[i] % itemsize:
+                raise BufferError(f"__array_struct__: field 'strides' = {s.strides[i]} in "
+                                  f"dimension {i} is not a multiple of the item size {itemsize}")
+            self.dl.strides[i] = s.strides[i] // itemsize
+    self.dl.data = s.data
+    self.dl.device.device_type = kDLCPU
+    self._base = obj
+    self._keep = capsule
+    self._finish("__array_struct__")
+    return self
+
+
+def _read_array_struct(obj, capsule):
+    return _from_array_struct(obj, capsule)

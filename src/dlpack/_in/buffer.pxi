@@ -1,0 +1,110 @@
+# Provider: the Python buffer protocol (PEP 3118).
+
+
+cdef inline bint _native_order(char order) noexcept nogil:
+    cdef int one = 1
+    cdef bint little = (<char *>&one)[0] == 1
+    if order == b'>' or order == b'!':
+        return not little
+    if order == b'<':
+        return little
+    return True
+
+
+cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) except -1:
+    """DLPack dtype of a single-item PEP 3118 format; the view's itemsize is the width."""
+    cdef const char *p = fmt
+    cdef char order = b'@'
+    cdef char c
+    cdef int code = -1
+    cdef bint cplx = False
+    if p == NULL:
+        p = fmt = b"B"
+    if p[0] == b'@' or p[0] == b'=' or p[0] == b'<' or p[0] == b'>' or p[0] == b'!':
+        order = p[0]
+        p += 1
+    c = p[0]
+    if c == b'Z':
+        cplx = True
+        c = p[1]
+        p += 1
+    if c != 0 and p[1] == 0:
+        if cplx:
+            if c == b'f' or c == b'd' or c == b'e':
+                code = kDLComplex
+        elif c == b'?':
+            code = kDLBool
+        elif c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q' or c == b'n':
+            code = kDLInt
+        elif c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N' or c == b'c':
+            code = kDLUInt
+        elif c == b'e' or c == b'f' or c == b'd':
+            code = kDLFloat
+    if code < 0:
+        raise BufferError(_format_refusal(fmt))
+    if itemsize * 8 > 255 or itemsize <= 0 or (code == kDLBool and itemsize != 1):
+        raise BufferError(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
+                          f"{(<bytes>fmt).decode('latin-1')!r}")
+    if itemsize > 1 and not _native_order(order):
+        raise BufferError(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
+                          "non-native byte order; byte-swap the data first")
+    out.code = code
+    out.bits = <uint8_t>(itemsize * 8)
+    out.lanes = 1
+    return 0
+
+
+cdef str _format_refusal(const char *fmt):
+    f = (<bytes>fmt).decode("latin-1")
+    body = f.lstrip("@=<>!")
+    if body in ("g", "Zg"):
+        why = "long double, which DLPack cannot carry"
+    elif body == "P":
+        why = "a pointer type"
+    elif "x" in body:
+        why = "padding bytes"
+    elif body.startswith("T{") or ":" in body:
+        why = "a struct"
+    elif body in ("s", "p", "u", "w", "O"):
+        why = "a string or object type"
+    elif len(body) > 1 and not body.startswith("Z"):
+        why = "a multi-item or unknown format"
+    else:
+        why = "not a numeric format"
+    return (f"buffer protocol: format {f!r} is {why}; supported: ? b B h H i I l L q Q n N "
+            "e f d Zf Zd c, optionally after @ = < > !")
+
+
+cdef DLPackObject _from_buffer(object obj):
+    """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
+    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    cdef Py_buffer *v = &self._view
+    cdef int i
+    cdef Py_ssize_t itemsize
+    PyObject_GetBuffer(obj, v, PyBUF_RECORDS_RO)
+    self._has_view = True
+    itemsize = v.itemsize
+    _format_dtype(v.format, itemsize, &self.dl.dtype)
+    if v.suboffsets != NULL:
+        for i in range(v.ndim):
+            if v.suboffsets[i] >= 0:
+                raise BufferError("buffer protocol: field 'suboffsets' is set; indirect "
+                                  "(PIL-style) buffers cannot be described by DLPack")
+    self._alloc_dims(v.ndim)
+    for i in range(v.ndim):
+        self.dl.shape[i] = v.shape[i]
+    if v.strides == NULL:
+        self._c_strides()
+    else:
+        for i in range(v.ndim):
+            if v.strides[i] % itemsize:
+                raise BufferError(f"buffer protocol: field 'strides' = {v.strides[i]} in "
+                                  f"dimension {i} is not a multiple of the item size {itemsize}")
+            self.dl.strides[i] = v.strides[i] // itemsize
+    self.dl.data = v.buf
+    self.dl.device.device_type = kDLCPU
+    self.dl.device.device_id = 0
+    self._flags = FLAG_READ_ONLY if v.readonly else 0
+    self._base = obj
+    self._finish("buffer protocol")
+    return self

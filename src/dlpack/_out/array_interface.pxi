@@ -1,0 +1,32 @@
+# Consumer side: __array_interface__ (CPU data) and __cuda_array_interface__ (CUDA data), v3.
+
+cdef dict _interface(DLPackObject self):
+    cdef int i
+    cdef Py_ssize_t itemsize = self._itemsize()
+    typestr, descr = _types.array_typestr(
+        self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
+    strides = None
+    if not self._c_contig:
+        strides = tuple([self.dl.strides[i] * itemsize for i in range(self.dl.ndim)])
+    return {
+        "shape": self.shape,
+        "typestr": typestr,
+        "descr": list(descr),
+        "data": (<uintptr_t>self.dl.data, bool(self._flags & FLAG_READ_ONLY)),
+        "strides": strides,
+        "version": 3,
+    }
+
+cdef dict _array_interface(DLPackObject self):
+    if not _host_accessible(self.dl.device.device_type):
+        raise AttributeError(f"__array_interface__: the data is on "
+                             f"{_device_name(self.dl.device)}; see __cuda_array_interface__")
+    return _interface(self)
+
+cdef dict _cuda_array_interface(DLPackObject self):
+    if not _cuda_kind(self.dl.device.device_type):
+        raise AttributeError(f"__cuda_array_interface__: the data is on "
+                             f"{_device_name(self.dl.device)}, not a CUDA device")
+    d = _interface(self)
+    d["stream"] = self._stream
+    return d

@@ -1,0 +1,221 @@
+"""DLPack enums and the dtype tables shared by every protocol (pure Python; the core caches lookups)."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from functools import lru_cache
+
+DLPACK_VERSION = (1, 3)
+FLAG_BITMASK_READ_ONLY = 1 << 0
+FLAG_BITMASK_IS_COPIED = 1 << 1
+FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
+
+NATIVE = "<" if sys.byteorder == "little" else ">"
+
+
+class DLDeviceType(enum.IntEnum):
+    """Where the data lives (``DLDeviceType`` of dlpack.h, v1.3)."""
+
+    kDLCPU = 1
+    kDLCUDA = 2
+    kDLCUDAHost = 3
+    kDLOpenCL = 4
+    kDLVulkan = 7
+    kDLMetal = 8
+    kDLVPI = 9
+    kDLROCM = 10
+    kDLROCMHost = 11
+    kDLExtDev = 12
+    kDLCUDAManaged = 13
+    kDLOneAPI = 14
+    kDLWebGPU = 15
+    kDLHexagon = 16
+    kDLMAIA = 17
+    kDLTrn = 18
+
+
+class DLDataTypeCode(enum.IntEnum):
+    """Type code of a ``DLDataType`` (dlpack.h, v1.3)."""
+
+    kDLInt = 0
+    kDLUInt = 1
+    kDLFloat = 2
+    kDLOpaqueHandle = 3
+    kDLBfloat = 4
+    kDLComplex = 5
+    kDLBool = 6
+    kDLFloat8_e3m4 = 7
+    kDLFloat8_e4m3 = 8
+    kDLFloat8_e4m3b11fnuz = 9
+    kDLFloat8_e4m3fn = 10
+    kDLFloat8_e4m3fnuz = 11
+    kDLFloat8_e5m2 = 12
+    kDLFloat8_e5m2fnuz = 13
+    kDLFloat8_e8m0fnu = 14
+    kDLFloat6_e2m3fn = 15
+    kDLFloat6_e3m2fn = 16
+    kDLFloat4_e2m1fn = 17
+
+
+C = DLDataTypeCode
+# Names of the types that carry their width in the code itself (the ML low-precision family),
+# as ml_dtypes, PyTorch and JAX spell them.
+_FIXED_WIDTH = {
+    (C.kDLBfloat, 16): "bfloat16",
+    (C.kDLFloat8_e3m4, 8): "float8_e3m4",
+    (C.kDLFloat8_e4m3, 8): "float8_e4m3",
+    (C.kDLFloat8_e4m3b11fnuz, 8): "float8_e4m3b11fnuz",
+    (C.kDLFloat8_e4m3fn, 8): "float8_e4m3fn",
+    (C.kDLFloat8_e4m3fnuz, 8): "float8_e4m3fnuz",
+    (C.kDLFloat8_e5m2, 8): "float8_e5m2",
+    (C.kDLFloat8_e5m2fnuz, 8): "float8_e5m2fnuz",
+    (C.kDLFloat8_e8m0fnu, 8): "float8_e8m0fnu",
+    (C.kDLFloat6_e2m3fn, 6): "float6_e2m3fn",
+    (C.kDLFloat6_e3m2fn, 6): "float6_e3m2fn",
+    (C.kDLFloat4_e2m1fn, 4): "float4_e2m1fn",
+}
+_PREFIX = {C.kDLInt: "int", C.kDLUInt: "uint", C.kDLFloat: "float", C.kDLComplex: "complex"}
+
+# NumPy dtype names (ml_dtypes) whose typestr is an opaque 'V': name -> (code, bits).
+ML_DTYPES = {name: key for key, name in _FIXED_WIDTH.items()}
+ML_DTYPES.update({"int2": (C.kDLInt, 2), "uint2": (C.kDLUInt, 2),
+                  "int4": (C.kDLInt, 4), "uint4": (C.kDLUInt, 4)})
+
+# typestr kind -> DLPack code, for the kinds DLPack can carry.
+_KIND_CODE = {"b": C.kDLBool, "i": C.kDLInt, "u": C.kDLUInt, "f": C.kDLFloat, "c": C.kDLComplex}
+_KIND_WIDTHS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (4, 8, 16)}
+_KIND_REJECT = {
+    "M": "datetime", "m": "timedelta", "O": "object", "S": "byte string", "a": "byte string",
+    "U": "unicode string", "V": "structured or opaque void",
+}
+
+
+class DType:
+    """A DLPack data type: ``code``, ``bits``, ``lanes`` and the conventional ``name``.
+
+    Compares equal to another ``DType`` with the same fields, and to its name as a string.
+    """
+
+    __slots__ = ("bits", "code", "lanes", "name")
+    code: DLDataTypeCode
+    bits: int
+    lanes: int
+    name: str
+
+    def __init__(self, code: int, bits: int, lanes: int = 1) -> None:
+        try:
+            code = DLDataTypeCode(code)
+        except ValueError:
+            pass
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "bits", bits)
+        object.__setattr__(self, "lanes", lanes)
+        object.__setattr__(self, "name", _name(code, bits, lanes))
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError("DType is immutable")
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element, rounded up for sub-byte types."""
+        return (self.bits * self.lanes + 7) // 8
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DType):
+            return (self.code, self.bits, self.lanes) == (other.code, other.bits, other.lanes)
+        if isinstance(other, str):
+            return self.name == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((int(self.code), self.bits, self.lanes))
+
+    def __repr__(self) -> str:
+        return f"DType({self.name!r}, code={int(self.code)}, bits={self.bits}, lanes={self.lanes})"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _name(code: int, bits: int, lanes: int) -> str:
+    if code == C.kDLBool and bits == 8:
+        base = "bool"
+    elif (code, bits) in _FIXED_WIDTH:
+        base = _FIXED_WIDTH[code, bits]
+    elif code in _PREFIX:
+        base = f"{_PREFIX[code]}{bits}"
+    elif code == C.kDLOpaqueHandle:
+        base = f"opaque{bits}"
+    else:
+        base = f"code{code}_{bits}"
+    return base if lanes == 1 else f"{base}x{lanes}"
+
+
+@lru_cache(maxsize=None)
+def dtype(code: int, bits: int, lanes: int = 1) -> DType:
+    """The shared ``DType`` instance for (code, bits, lanes)."""
+    return DType(code, bits, lanes)
+
+
+@lru_cache(maxsize=256)
+def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int, int, int]:
+    """(code, bits, flags) of an array-interface typestr; ``name`` is the provider's dtype name.
+
+    Raises BufferError naming the protocol, the field and the value when DLPack cannot carry it.
+    """
+    if not isinstance(typestr, str) or len(typestr) < 3 or not typestr[2:].isdigit():
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not of the form "
+                          "'<byte order><kind><item size>', e.g. '<f4'")
+    order, kind, size = typestr[0], typestr[1], int(typestr[2:])
+    if order not in "<>|=":
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown byte-order "
+                          f"character {order!r}")
+    if kind in "Vf" and name in ML_DTYPES:
+        code, bits = ML_DTYPES[name]
+        if size * 8 == bits:
+            return code, bits, 0
+        if bits < 8 and size == 1:
+            return code, bits, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    if kind in _KIND_REJECT:
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a "
+                          f"{_KIND_REJECT[kind]} type, which DLPack cannot carry")
+    if kind not in _KIND_CODE:
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown kind {kind!r}")
+    if size not in _KIND_WIDTHS[kind]:
+        what = "long double" if kind in "fc" and size > 8 else f"{size}-byte"
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a {what} "
+                          f"{'complex' if kind == 'c' else 'number'}, which DLPack cannot carry")
+    if size > 1 and order == ("<" if NATIVE == ">" else ">"):
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is non-native byte order; "
+                          "byte-swap it first (e.g. numpy: a.astype(a.dtype.newbyteorder('=')))")
+    return int(_KIND_CODE[kind]), size * 8, 0
+
+
+# DLPack (code, bits) -> PEP 3118 format and array-interface kind, for the way out.
+BUFFER_FORMATS = {
+    (C.kDLBool, 8): "?", (C.kDLInt, 8): "b", (C.kDLUInt, 8): "B", (C.kDLInt, 16): "h",
+    (C.kDLUInt, 16): "H", (C.kDLInt, 32): "i", (C.kDLUInt, 32): "I", (C.kDLInt, 64): "q",
+    (C.kDLUInt, 64): "Q", (C.kDLFloat, 16): "e", (C.kDLFloat, 32): "f", (C.kDLFloat, 64): "d",
+    (C.kDLComplex, 64): "Zf", (C.kDLComplex, 128): "Zd",
+}
+
+
+@lru_cache(maxsize=None)
+def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
+    """(typestr, descr) describing a DLPack dtype to an array-interface consumer.
+
+    ML types with no NumPy kind become opaque ``V`` items named in ``descr``, so NumPy can view
+    the memory; ``.view(ml_dtypes.<name>)`` then gives the typed view.
+    """
+    if lanes != 1 or bits % 8:
+        raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
+                          "array-interface typestr (vector or sub-byte type)")
+    size = bits // 8
+    kinds = {C.kDLBool: "b", C.kDLInt: "i", C.kDLUInt: "u", C.kDLFloat: "f", C.kDLComplex: "c"}
+    order = "|" if size == 1 else NATIVE
+    if code in kinds and (code != C.kDLComplex or size in (8, 16)):
+        typestr = f"{order}{kinds[code]}{size}"
+        return typestr, [("", typestr)]
+    typestr = f"|V{size}"
+    return typestr, [(_name(code, bits, lanes), typestr)]

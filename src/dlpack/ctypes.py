@@ -1,0 +1,83 @@
+"""The DLPack C ABI as ``ctypes`` structures, for C libraries bound with ctypes.
+
+``asdlpack(ptr)`` takes ownership of a ``POINTER(DLManagedTensor[Versioned])``;
+``to_pointer(obj)`` gives a C function a managed tensor whose deleter it must call once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from dlpack._core import _export_address, asdlpack
+from dlpack._types import (  # noqa: F401  (re-exported for C bindings)
+    DLPACK_VERSION,
+    FLAG_BITMASK_IS_COPIED,
+    FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+    FLAG_BITMASK_READ_ONLY,
+    DLDataTypeCode,
+    DLDeviceType,
+)
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensorVersionedDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", DLManagedTensorDeleter),
+]
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", DLManagedTensorVersionedDeleter),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+
+
+def to_pointer(obj: object, *, versioned: bool = True):
+    """A new managed tensor viewing ``obj``, for a C function that takes ownership of it.
+
+    The receiver must call its ``deleter`` exactly once; until then the data stays alive.
+    Read-only data needs ``versioned=True`` (the flag travels) unless ``obj`` opted in.
+    """
+    kind = DLManagedTensorVersioned if versioned else DLManagedTensor
+    return ctypes.cast(_export_address(asdlpack(obj), versioned), ctypes.POINTER(kind))
+
+
+def from_pointer(ptr, **kwargs):
+    """``asdlpack`` for a ctypes pointer: takes ownership and NULLs ``ptr``."""
+    return asdlpack(ptr, **kwargs)

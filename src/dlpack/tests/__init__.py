@@ -1,0 +1,12 @@
+"""pydlpack's test suite, shipped with the package: ``dlpack.tests.run()`` runs it."""
+
+from __future__ import annotations
+
+import os
+
+
+def run(*args: str) -> int:
+    """Run the suite with pytest on what is installed; tests of missing libraries skip."""
+    import pytest
+
+    return pytest.main([os.path.dirname(__file__), "-q", "-p", "no:cacheprovider", *args])
