@@ -76,6 +76,7 @@ cdef class DLPackObject:
     cdef object _stream                 # CUDA: stream the producer's work is on (None: no sync)
     cdef object _resync                 # CUDA __dlpack__ provider to re-ask with the consumer's stream
     cdef object _shape_t
+    cdef object __weakref__
 
     def __cinit__(self):
         self.dl.shape = self._inline
@@ -234,6 +235,13 @@ cdef class DLPackObject:
         ro = ", readonly" if self._flags & FLAG_READ_ONLY else ""
         return (f"DLPackObject(shape={self.shape}, dtype={self.dtype.name}, "
                 f"device={_device_name(self.dl.device)}{ro})")
+
+    def __iter__(self):
+        """Elements of 1-D CPU data (so ``array.array('d', dl)`` works without NumPy)."""
+        if self.dl.ndim != 1:
+            raise TypeError(f"iterating a DLPackObject needs 1-D data, not {self.dl.ndim}-D; "
+                            "use memoryview(dl).tolist()")
+        return iter(memoryview(self))
 
     def __reduce__(self):
         raise TypeError("DLPackObject is a view of memory and cannot be pickled")

@@ -1,10 +1,10 @@
-"""DLPack enums and the dtype tables shared by every protocol (pure Python; the core caches lookups)."""
+"""DLPack enums and the dtype tables every protocol shares (pure Python; lookups are cached)."""
 
 from __future__ import annotations
 
 import enum
 import sys
-from functools import lru_cache
+from functools import cache, lru_cache
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -152,7 +152,7 @@ def _name(code: int, bits: int, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def dtype(code: int, bits: int, lanes: int = 1) -> DType:
     """The shared ``DType`` instance for (code, bits, lanes)."""
     return DType(code, bits, lanes)
@@ -201,7 +201,7 @@ BUFFER_FORMATS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
     """(typestr, descr) describing a DLPack dtype to an array-interface consumer.
 

@@ -1,0 +1,252 @@
+"""Providers: __dlpack__ objects, raw capsules, TensorFlow, PyArrow, protocol order (SPEC §3.1)."""
+
+import gc
+import sys
+
+import pytest
+
+from dlpack import DLPackObject, asdlpack, todict
+from dlpack.tests.helpers import CONSUMERS, check_exchange, lib
+
+np = lib("numpy")
+
+TORCH_DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32",
+                "float64", "complex64", "complex128", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_torch_every_consumer(consumer):
+    torch = lib("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    check_exchange(consumer, t, np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_every_dtype_to_torch_and_numpy(dtype):
+    torch = lib("torch")
+    t = (torch.arange(6) % 2 if dtype == "bool" else torch.arange(6)).to(getattr(torch, dtype))
+    dl = asdlpack(t)
+    assert dl.dtype.name == dtype and dl.data_ptr == t.data_ptr()
+    back = torch.from_dlpack(dl)
+    assert back.dtype == t.dtype and back.data_ptr() == t.data_ptr()
+    assert torch.equal(back.to(torch.float64), t.to(torch.float64))
+    if dtype not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        a = np.from_dlpack(dl)
+        assert a.ctypes.data == t.data_ptr()
+
+
+@pytest.mark.parametrize("make", [
+    lambda torch: torch.arange(24.0).reshape(4, 6)[::2, 1::3],
+    lambda torch: torch.arange(6.0).reshape(2, 3).T,
+    lambda torch: torch.tensor(7.0),
+    lambda torch: torch.zeros(0, 4),
+])
+def test_torch_layouts(make):
+    torch = lib("torch")
+    t = make(torch)
+    dl = asdlpack(t)
+    assert dl.shape == tuple(t.shape) and dl.strides == tuple(t.stride())
+    a = np.from_dlpack(dl)
+    np.testing.assert_array_equal(a, t.numpy())
+    if t.numel():
+        assert a.ctypes.data == t.data_ptr()
+
+
+def test_torch_requires_grad_is_detached_like_torchs_c_api():
+    torch = lib("torch")
+    t = torch.ones(3, requires_grad=True)
+    dl = asdlpack(t)             # torch's C exchange API exports it detached
+    back = torch.from_dlpack(dl)
+    assert not back.requires_grad and back.data_ptr() == t.data_ptr()
+    with pytest.raises((RuntimeError, BufferError), match="grad"):
+        t.__dlpack__()           # torch's Python path refuses; we do not take it for CPU
+
+
+def test_torch_raw_legacy_capsule_to_jax():
+    torch = lib("torch")
+    jnp = lib("jax.numpy")
+    t = torch.arange(16, dtype=torch.float32)
+    capsule = torch.utils.dlpack.to_dlpack(t)
+    dl = asdlpack(capsule)
+    assert dl.base is capsule
+    assert "used_dltensor" in repr(capsule)
+    x = jnp.from_dlpack(dl)
+    assert x.tolist() == list(range(16))
+    with pytest.raises(BufferError, match="consumed already"):
+        asdlpack(capsule)
+
+
+def test_raw_versioned_capsule():
+    a = np.arange(5.0)
+    capsule = a.__dlpack__(max_version=(1, 0))
+    dl = asdlpack(capsule)
+    assert dl.data_ptr == a.ctypes.data
+    assert "used_dltensor_versioned" in repr(capsule)
+
+
+def test_foreign_capsule_rejected():
+    import ctypes
+
+    make = ctypes.pythonapi.PyCapsule_New
+    make.restype = ctypes.py_object
+    make.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    foreign = make(1, b"not_a_tensor", None)
+    with pytest.raises(BufferError, match="not_a_tensor"):
+        asdlpack(foreign)
+
+
+def test_jax_every_consumer():
+    jnp = lib("jax.numpy")
+    x = jnp.arange(8, dtype=jnp.float32)
+    for consumer in CONSUMERS:
+        check_exchange(consumer, x, np.arange(8, dtype=np.float32))
+
+
+def test_jax_bfloat16_to_torch():
+    jnp = lib("jax.numpy")
+    torch = lib("torch")
+    x = jnp.arange(4, dtype=jnp.bfloat16)
+    dl = asdlpack(x)
+    assert dl.dtype.name == "bfloat16"
+    t = torch.from_dlpack(dl)
+    assert t.dtype == torch.bfloat16 and t.data_ptr() == x.unsafe_buffer_pointer()
+
+
+def test_tensorflow_to_torch_fresh_owner_each_call():
+    tf = lib("tensorflow")
+    torch = lib("torch")
+    t = tf.constant(np.arange(1000, dtype=np.float32))
+    address = todict(tf.experimental.dlpack.to_dlpack(t))["data"]
+    out = torch.from_dlpack(asdlpack(t))
+    del t
+    gc.collect()
+    junk = [np.ones(1000, dtype=np.float32) * 7 for _ in range(50)]
+    assert out.data_ptr() == address
+    assert out.tolist() == list(range(1000))     # the old pydlpack reads freed memory here
+    del junk
+
+
+def test_tensorflow_to_dlpack_capsule():
+    tf = lib("tensorflow")
+    t = tf.constant([[1, 2], [3, 4]], dtype=tf.int32)
+    dl = asdlpack(tf.experimental.dlpack.to_dlpack(t))
+    assert np.from_dlpack(dl).tolist() == [[1, 2], [3, 4]]
+
+
+def test_pyarrow_array_and_tensor():
+    pa = lib("pyarrow")
+    arr = pa.array([1, 2, 3], type=pa.int64())
+    dl = asdlpack(arr)
+    a = np.from_dlpack(dl)
+    assert a.tolist() == [1, 2, 3]
+    assert a.ctypes.data == arr.buffers()[1].address
+    tensor = pa.Tensor.from_numpy(np.arange(6, dtype=np.float64).reshape(2, 3))
+    b = np.from_dlpack(asdlpack(tensor))
+    assert b.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert b.ctypes.data == tensor.to_numpy().ctypes.data
+
+
+def test_numpy_native_dlpack_is_zero_copy():
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    dl = asdlpack(a)
+    assert dl.base is a
+    torch = lib("torch")
+    assert torch.from_dlpack(dl).data_ptr() == a.ctypes.data
+
+
+class Producer:
+    """A Python-level DLPack producer that counts how often its tensor is freed."""
+
+    def __init__(self, a, signature="full"):
+        self.a = a
+        self.signature = signature
+        self.calls = []
+
+    def __dlpack__(self, *args, **kwargs):
+        self.calls.append(kwargs)
+        if self.signature == "none" and kwargs:
+            raise TypeError("__dlpack__() got an unexpected keyword argument")
+        if self.signature == "stream" and set(kwargs) - {"stream"}:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        if self.signature == "legacy":
+            return self.a.__dlpack__()
+        return self.a.__dlpack__(**{k: v for k, v in kwargs.items() if k != "stream"})
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@pytest.mark.parametrize("signature", ["full", "none", "stream", "legacy"])
+def test_version_negotiation_fallback(signature):
+    a = np.arange(4.0)
+    p = Producer(a, signature)
+    dl = asdlpack(p)
+    assert p.calls[0] == {"max_version": (1, 3)}
+    assert np.from_dlpack(dl).ctypes.data == a.ctypes.data
+    # legacy producer → versioned re-export, and the reverse, both work
+    assert todict(dl.__dlpack__(max_version=(1, 0)))["version"] == (1, 3)
+    assert todict(dl.__dlpack__())["version"] is None
+
+
+def test_readonly_flag_preserved_through_reexport():
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    dl = asdlpack(a)
+    assert dl.readonly
+    assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & 1
+    with pytest.raises(BufferError, match="read-only"):
+        dl.__dlpack__()
+
+
+def test_provider_dropped_before_consumer():
+    a = np.arange(100_000, dtype=np.float64)
+    ref = sys.getrefcount(a)
+    dl = asdlpack(a)
+    assert sys.getrefcount(a) > ref
+    out = np.from_dlpack(dl)
+    del a, dl
+    gc.collect()
+    assert out[-1] == 99_999.0
+
+
+def test_order_prefers_dlpack_and_falls_through():
+    class Both:
+        def __init__(self):
+            self.a = np.arange(3, dtype=np.int8)
+            self.__array_interface__ = self.a.__array_interface__
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("I refuse")
+
+    dl = asdlpack(Both())
+    assert dl.dtype == "int8"
+
+
+def test_all_refuse_lists_each_protocol():
+    class Bad:
+        @property
+        def __array_interface__(self):
+            return {"shape": (1,), "typestr": "|O8", "data": (1, False), "version": 3}
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("nope")
+
+    with pytest.raises(BufferError) as info:
+        asdlpack(Bad())
+    text = str(info.value)
+    assert "__dlpack__: BufferError: nope" in text and "__array_interface__" in text
+
+
+@pytest.mark.parametrize("obj", [None, 5, "abc", [1, 2], {"a": 1}, object(), 3.5])
+def test_speaks_nothing_type_error(obj):
+    with pytest.raises(TypeError, match=type(obj).__qualname__):
+        asdlpack(obj)
+
+
+def test_idempotent_and_direct_construction():
+    dl = asdlpack(b"x")
+    assert asdlpack(dl) is dl
+    opted = asdlpack(dl, allow_legacy_readonly=True)
+    assert opted is not dl and opted.base is dl and opted.data_ptr == dl.data_ptr
+    with pytest.raises(TypeError, match="asdlpack"):
+        DLPackObject()

@@ -1,0 +1,160 @@
+"""DLPackObject.__dlpack__ (SPEC §4) and lifetime (§6): versions, flags, copy, device, leaks."""
+
+import gc
+import subprocess
+import sys
+import weakref
+
+import pytest
+
+from dlpack import FLAG_BITMASK_IS_COPIED, FLAG_BITMASK_READ_ONLY, asdlpack, todict
+from dlpack.tests.helpers import lib, rss_kib
+
+np = lib("numpy")
+
+
+def test_versioned_and_legacy_capsules():
+    dl = asdlpack(bytearray(b"abcd"))
+    v = dl.__dlpack__(max_version=(1, 2))
+    assert "dltensor_versioned" in repr(v)
+    info = todict(v)
+    assert info["version"] == (1, 3) and info["flags"] == 0 and info["byte_offset"] == 0
+    assert info["data"] == dl.data_ptr and info["shape"] == (4,) and info["strides"] == (1,)
+    for mv in (None, (0, 8)):
+        assert '"dltensor"' in repr(dl.__dlpack__(max_version=mv))
+
+
+def test_bad_max_version():
+    with pytest.raises(TypeError, match="max_version"):
+        asdlpack(bytearray(1)).__dlpack__(max_version=3)
+
+
+def test_readonly_travels_and_legacy_refused():
+    dl = asdlpack(b"abc")
+    assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & FLAG_BITMASK_READ_ONLY
+    with pytest.raises(BufferError, match="allow_legacy_readonly"):
+        dl.__dlpack__()
+    tf = lib("tensorflow")
+    with pytest.raises(BufferError):
+        tf.experimental.dlpack.from_dlpack(dl.__dlpack__())
+
+
+def test_copy_true_is_a_real_copy_of_strided_data():
+    a = np.arange(24, dtype=np.int32).reshape(4, 6)[::2, ::-2]
+    dl = asdlpack(a)
+    capsule = dl.__dlpack__(max_version=(1, 0), copy=True)
+    info = todict(capsule)
+    assert info["flags"] & FLAG_BITMASK_IS_COPIED
+    assert info["data"] != a.ctypes.data and info["strides"] == (3, 1)
+    b = np.from_dlpack(capsule_holder(capsule))
+    np.testing.assert_array_equal(b, a)
+    b[0, 0] = -1
+    assert a[0, 0] != -1
+
+
+def capsule_holder(capsule):
+    class Holder:
+        def __dlpack__(self, **kwargs):
+            return capsule
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    return Holder()
+
+
+def test_copy_via_consumer_and_readonly_copy_is_writable():
+    torch = lib("torch")
+    b = b"xyz"
+    a = np.from_dlpack(asdlpack(b), copy=True)
+    assert a.flags.writeable and a.ctypes.data != asdlpack(b).data_ptr
+    assert asdlpack(b).__dlpack__(copy=True) is not None   # a copy may go to legacy consumers
+    t = torch.from_dlpack(asdlpack(np.arange(3.0)))
+    assert t.tolist() == [0, 1, 2]
+
+
+def test_copy_false_and_dl_device():
+    dl = asdlpack(bytearray(4))
+    assert dl.__dlpack__(copy=False, dl_device=(1, 0)) is not None
+    with pytest.raises(BufferError, match="cannot move"):
+        dl.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(TypeError, match="dl_device"):
+        dl.__dlpack__(dl_device="cpu")
+
+
+def test_stream_must_be_none_on_cpu():
+    with pytest.raises(BufferError, match="stream"):
+        asdlpack(bytearray(4)).__dlpack__(stream=1)
+
+
+def test_unconsumed_capsules_free_and_release_the_object():
+    ba = bytearray(8)
+    dl = asdlpack(ba)
+    alive = weakref.ref(dl)
+    capsules = [dl.__dlpack__(max_version=(1, 0)) for _ in range(3)]
+    del dl
+    gc.collect()
+    assert alive() is not None          # the capsules hold it
+    with pytest.raises(BufferError):
+        ba.append(0)                    # …and so its buffer stays exported
+    del capsules
+    gc.collect()
+    assert alive() is None
+    ba.append(0)
+
+
+def test_consumed_many_times_by_different_libraries():
+    torch = lib("torch")
+    xp = lib("array_api_strict")
+    a = np.arange(8, dtype=np.float32)
+    dl = asdlpack(a)
+    outs = [np.from_dlpack(dl), torch.from_dlpack(dl), xp.from_dlpack(dl), memoryview(dl)]
+    del a, dl
+    gc.collect()
+    assert outs[1].data_ptr() == outs[0].ctypes.data
+    assert outs[3].tolist() == list(range(8))
+
+
+def test_repr_and_attributes():
+    dl = asdlpack(np.zeros((2, 3), dtype=np.float32)[:, ::2])
+    text = repr(dl)
+    assert "shape=(2, 2)" in text and "float32" in text and "kDLCPU:0" in text
+    assert "readonly" in repr(asdlpack(b"a"))
+    assert (dl.ndim, dl.size, dl.itemsize, dl.nbytes) == (2, 4, 4, 16)
+    assert dl.strides == (3, 2) and not dl.c_contiguous
+    assert dl.dtype.code == 2 and dl.dtype.bits == 32 and dl.dtype.lanes == 1
+    with pytest.raises(AttributeError):
+        dl.shape = (1,)
+    with pytest.raises(TypeError):
+        import pickle
+
+        pickle.dumps(dl)
+
+
+def test_no_growth_over_many_exchanges(no_leak):
+    torch = lib("torch")
+    b = b"x" * 4096
+    a = np.arange(16.0)
+    for _ in range(30_000):
+        np.from_dlpack(asdlpack(b))
+        torch.from_dlpack(asdlpack(a))
+        asdlpack(a).__dlpack__(max_version=(1, 0))       # never consumed
+        memoryview(asdlpack(bytearray(16)))
+    before = rss_kib()
+    for _ in range(70_000):
+        np.from_dlpack(asdlpack(b))
+        torch.from_dlpack(asdlpack(a))
+        asdlpack(a).__dlpack__(max_version=(1, 0))
+        memoryview(asdlpack(bytearray(16)))
+    gc.collect()
+    assert rss_kib() - before < 4096
+
+
+def test_capsule_alive_at_interpreter_shutdown():
+    code = ("from dlpack import asdlpack\nimport numpy as np\n"
+            "keep = asdlpack(np.arange(3.0)).__dlpack__(max_version=(1, 0))\n"
+            "import builtins\nbuiltins.cycle = [keep]\nbuiltins.cycle.append(builtins.cycle)\n"
+            "a = np.from_dlpack(asdlpack(b'abc'))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr

@@ -1,0 +1,142 @@
+"""Protocols out (SPEC §5): buffer protocol, __array_interface__, __cuda_array_interface__."""
+
+import array
+import io
+import struct
+
+import pytest
+
+from dlpack import asdlpack
+from dlpack.tests.helpers import lib
+
+np = lib("numpy")
+
+
+def test_memoryview_of_torch_without_numpy_in_the_middle():
+    torch = lib("torch")
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    m = memoryview(asdlpack(t))
+    assert (m.format, m.shape, m.strides, m.readonly) == ("f", (2, 3), (12, 4), False)
+    assert m.tolist() == [[0, 1, 2], [3, 4, 5]]
+    m[0, 0] = 9.0
+    assert t[0, 0].item() == 9.0
+
+
+def test_file_write_array_struct_of_jax_and_tf():
+    jnp = lib("jax.numpy")
+    tf = lib("tensorflow")
+    x = jnp.arange(4, dtype=jnp.float32)
+    f = io.BytesIO()
+    f.write(asdlpack(x))
+    assert f.getvalue() == np.arange(4, dtype=np.float32).tobytes()
+    t = tf.constant([1.5, 2.5], dtype=tf.float64)
+    assert array.array("d", asdlpack(t)).tolist() == [1.5, 2.5]
+    assert struct.unpack_from("<2d", asdlpack(t)) == (1.5, 2.5)
+    assert bytes(asdlpack(t)) == np.array([1.5, 2.5]).tobytes()
+
+
+def test_buffer_readonly_and_writable_requests():
+    import ctypes
+
+    dl = asdlpack(b"abc")
+    m = memoryview(dl)
+    assert m.readonly and m.obj is dl
+    with pytest.raises(TypeError, match="not writable"):
+        (ctypes.c_char * 3).from_buffer(dl)      # ctypes asks for a writable buffer
+    with pytest.raises(TypeError, match="read-write"):
+        io.BytesIO(b"xyz").readinto(dl)
+    ba = bytearray(b"abc")
+    (ctypes.c_char * 3).from_buffer(asdlpack(ba))[0] = b"z"
+    assert io.BytesIO(b"xy").readinto(asdlpack(ba)) == 2 and ba == bytearray(b"xyc")
+
+
+def test_buffer_strided_and_contiguity_requests():
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2]
+    dl = asdlpack(a)
+    m = memoryview(dl)
+    assert m.strides == (8, 4) and m.tolist() == a.tolist()
+    assert bytes(dl) == a.tobytes()             # bytes() copies strided buffers itself
+    with pytest.raises(BufferError, match="C-contiguous"):
+        io.BytesIO().write(dl)                   # a simple (contiguous) request
+    assert bytes(asdlpack(np.arange(3, dtype=np.uint8))) == b"\x00\x01\x02"
+
+
+def test_buffer_zero_dim_and_empty():
+    m = memoryview(asdlpack(np.array(2.5)))
+    assert m.shape == () and m.tolist() == 2.5
+    assert memoryview(asdlpack(np.zeros((0, 2)))).shape == (0, 2)
+
+
+def test_buffer_types_without_format():
+    ml = lib("ml_dtypes")
+    with pytest.raises(BufferError, match="bfloat16"):
+        memoryview(asdlpack(np.zeros(2, dtype=ml.bfloat16)))
+
+
+def test_array_interface_out():
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    ai = asdlpack(a).__array_interface__
+    assert ai["shape"] == (2, 3) and ai["typestr"] == "<f8" and ai["strides"] is None
+    assert ai["data"] == (a.ctypes.data, False) and ai["version"] == 3
+    assert asdlpack(b"abc").__array_interface__["data"][1] is True
+    ai = asdlpack(a.T).__array_interface__
+    assert ai["strides"] == (8, 24)
+    assert not hasattr(asdlpack(a), "__cuda_array_interface__")
+
+
+def test_numpy_asarray_zero_copy_and_readonly():
+    torch = lib("torch")
+    t = torch.arange(5, dtype=torch.int32)
+    n = np.asarray(asdlpack(t))
+    assert n.ctypes.data == t.data_ptr() and n.flags.writeable
+    r = np.asarray(asdlpack(b"hello"))
+    assert not r.flags.writeable and bytes(r) == b"hello"
+
+
+def test_bfloat16_array_interface_view():
+    ml = lib("ml_dtypes")
+    torch = lib("torch")
+    t = torch.arange(4, dtype=torch.bfloat16)
+    dl = asdlpack(t)
+    ai = dl.__array_interface__
+    assert ai["typestr"] == "|V2" and ai["descr"] == [("bfloat16", "|V2")]
+    raw = np.asarray(dl)
+    assert raw.ctypes.data == t.data_ptr()
+    assert raw.view(ml.bfloat16).astype(float).ravel().tolist() == [0, 1, 2, 3]
+    again = asdlpack(ai_holder(ai, t))      # round trip keeps the dtype through descr
+    assert again.dtype.name == "bfloat16"
+
+
+def ai_holder(ai, keep):
+    class H:
+        __array_interface__ = ai
+        k = keep
+
+    return H()
+
+
+def test_pillow_fromarray():
+    image = lib("PIL.Image")
+    torch = lib("torch")
+    t = torch.arange(2 * 3 * 3, dtype=torch.uint8).reshape(2, 3, 3)
+    im = image.fromarray(asdlpack(t))
+    assert im.size == (3, 2) and im.mode == "RGB"
+    assert im.tobytes() == bytes(range(18))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: b"round trip",
+    lambda: np.arange(12, dtype=np.float32).reshape(3, 4)[::2, ::-1],
+    lambda: np.array(5, dtype=np.int64),
+    lambda: np.zeros((2, 0), dtype=np.int8),
+    lambda: array.array("h", [1, 2, 3]),
+])
+def test_round_trips_through_each_output(make):
+    obj = make()
+    dl = asdlpack(obj)
+    again = [asdlpack(memoryview(dl)), asdlpack(ai_holder(dl.__array_interface__, dl)),
+             asdlpack(dl.__dlpack__(max_version=(1, 0)))]
+    for other in again:
+        assert (other.shape, other.dtype, other.readonly) == (dl.shape, dl.dtype, dl.readonly)
+        if dl.size:
+            assert (other.strides, other.data_ptr) == (dl.strides, dl.data_ptr)
