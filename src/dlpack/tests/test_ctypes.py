@@ -1,0 +1,145 @@
+"""C libraries bound with ctypes (SPEC §3.6): pointers in, owned pointers out, deleters once."""
+
+import ctypes
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+
+import pytest
+
+import dlpack.ctypes as dlc
+from dlpack import asdlpack
+from dlpack.tests.helpers import lib
+
+np = lib("numpy")
+
+
+@pytest.fixture(scope="module")
+def clib(tmp_path_factory):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the test library")
+    out = tmp_path_factory.mktemp("clib") / "libdlpacktest.so"
+    source = os.path.join(os.path.dirname(__file__), "clib.c")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), source], check=True)
+    c = ctypes.CDLL(str(out))
+    c.make_tensor.restype = ctypes.POINTER(dlc.DLManagedTensorVersioned)
+    c.make_tensor.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64]
+    c.make_legacy.restype = ctypes.POINTER(dlc.DLManagedTensor)
+    c.sum_and_free.restype = ctypes.c_double
+    c.sum_and_free.argtypes = [ctypes.POINTER(dlc.DLManagedTensorVersioned)]
+    c.sum_and_free_legacy.restype = ctypes.c_double
+    c.sum_and_free_legacy.argtypes = [ctypes.POINTER(dlc.DLManagedTensor)]
+    return c
+
+
+def test_structures_match_the_abi():
+    assert ctypes.sizeof(dlc.DLTensor) == 48
+    assert ctypes.sizeof(dlc.DLManagedTensor) == 64
+    assert ctypes.sizeof(dlc.DLManagedTensorVersioned) == 80
+    assert dlc.DLManagedTensorVersioned.dl_tensor.offset == 32
+    assert dlc.DLDeviceType.kDLTrn == 18 and dlc.DLDataTypeCode.kDLFloat4_e2m1fn == 17
+
+
+def test_pointer_from_c_is_owned_and_deleted_once(clib):
+    before = clib.deleted_count()
+    ptr = clib.make_tensor(5, 1, 0)
+    address = ptr.contents.dl_tensor.data
+    dl = asdlpack(ptr)
+    assert not ptr                                   # we NULLed it: nobody frees twice
+    torch = lib("torch")
+    t = torch.from_dlpack(dl)
+    assert t.tolist() == [0, 1, 2, 3, 4] and t.data_ptr() == address
+    with pytest.raises(BufferError, match="NULL"):
+        asdlpack(ptr)
+    del dl
+    gc.collect()
+    assert clib.deleted_count() == before            # torch still holds the data
+    del t
+    gc.collect()
+    assert clib.deleted_count() == before + 1
+
+
+def test_legacy_pointer_and_readonly_flag(clib):
+    before = clib.deleted_count()
+    dl = asdlpack(clib.make_legacy(3))
+    assert np.from_dlpack(dl).tolist() == [0, 1, 2]
+    ro = asdlpack(clib.make_tensor(2, 1, 1))
+    assert ro.readonly and not np.from_dlpack(ro).flags.writeable
+    del dl, ro
+    gc.collect()
+    assert clib.deleted_count() == before + 2
+
+
+def test_newer_major_version_deleted_and_refused(clib):
+    before = clib.deleted_count()
+    with pytest.raises(BufferError, match="newer major"):
+        asdlpack(clib.make_tensor(3, 2, 0))
+    assert clib.deleted_count() == before + 1
+
+
+def test_wrong_pointer_type(clib):
+    with pytest.raises(TypeError, match="c_int"):
+        asdlpack(ctypes.pointer(ctypes.c_int(3)))
+
+
+def test_to_pointer_c_takes_ownership(clib):
+    a = np.arange(10, dtype=np.float64)
+    dl = asdlpack(a)
+    alive = weakref.ref(dl)
+    refs = sys.getrefcount(a)
+    ptr = dlc.to_pointer(dl)
+    assert ptr.contents.dl_tensor.data == a.ctypes.data
+    assert ptr.contents.version.major == 1
+    del dl
+    gc.collect()
+    assert alive() is not None                       # the C side's tensor holds it
+    assert clib.sum_and_free(ptr) == 45.0
+    gc.collect()
+    assert alive() is None and sys.getrefcount(a) < refs
+    assert clib.sum_and_free_legacy(dlc.to_pointer(a, versioned=False)) == 45.0
+
+
+def test_to_pointer_readonly_needs_versioned():
+    with pytest.raises(BufferError, match="read-only"):
+        dlc.to_pointer(b"abc", versioned=False)
+    p = dlc.to_pointer(b"abc")
+    assert p.contents.flags & dlc.FLAG_BITMASK_READ_ONLY
+    p.contents.deleter(p)
+
+
+def test_python_producer_deleter_count():
+    """A producer written in Python with ctypes: its deleter runs exactly once."""
+    calls = []
+    data = (ctypes.c_float * 4)(1, 2, 3, 4)
+    shape = (ctypes.c_int64 * 1)(4)
+
+    @dlc.DLManagedTensorVersionedDeleter
+    def deleter(_m):
+        calls.append(1)
+
+    m = dlc.DLManagedTensorVersioned()
+    m.version.major, m.version.minor = 1, 3
+    m.deleter = deleter
+    t = m.dl_tensor
+    t.data = ctypes.addressof(data)
+    t.device = dlc.DLDevice(1, 0)
+    t.ndim = 1
+    t.dtype = dlc.DLDataType(2, 32, 1)
+    t.shape = shape
+    dl = asdlpack(ctypes.pointer(m))
+    assert np.from_dlpack(dl).tolist() == [1, 2, 3, 4]
+    del dl
+    gc.collect()
+    assert calls == [1]
+
+
+def test_many_rounds_no_leak(clib, no_leak):
+    before = clib.deleted_count()
+    for _ in range(100_000):
+        np.from_dlpack(asdlpack(clib.make_tensor(8, 1, 0)))
+    gc.collect()
+    assert clib.deleted_count() == before + 100_000

@@ -1,0 +1,205 @@
+"""CUDA without a GPU (SPEC §3.4, §4 stream, §5): a fake driver checks the exact driver calls."""
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+import dlpack.ctypes as dlc
+from dlpack import DLDeviceType, _cuda, asdlpack, todict
+
+DEVICE_PTR = 0x7F00_0000_0000
+MANAGED_PTR = 0x7E00_0000_0000
+HOST_PTR = 0x7D00_0000_0000
+
+
+class FakeDriver:
+    """Stands in for libcuda: pointer attributes from a table, and a log of every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def pointer_attributes(self, ptr):
+        self.calls.append(("pointer_attributes", ptr))
+        if ptr == MANAGED_PTR:
+            return _cuda.CU_MEMORYTYPE_DEVICE, 0, True
+        if ptr == HOST_PTR:
+            return _cuda.CU_MEMORYTYPE_HOST, 0, False
+        return _cuda.CU_MEMORYTYPE_DEVICE, 1, False
+
+    def stream_wait(self, producer, consumer):
+        self.calls.append(("stream_wait", producer, consumer))
+
+    def stream_synchronize(self, stream):
+        self.calls.append(("stream_synchronize", stream))
+
+
+@pytest.fixture
+def fake():
+    driver = FakeDriver()
+    previous = _cuda.set_driver(driver)
+    yield driver
+    _cuda.set_driver(previous)
+
+
+class CAI:
+    def __init__(self, ptr=DEVICE_PTR, stream=None, version=3, readonly=False, **extra):
+        self.__cuda_array_interface__ = dict(
+            shape=(2, 3), typestr="<f4", data=(ptr, readonly), strides=None, version=version,
+            **({"stream": stream} if version >= 3 else {}), **extra)
+
+
+def test_cai_in_device_from_pointer(fake):
+    dl = asdlpack(CAI())
+    assert dl.device == (DLDeviceType.kDLCUDA, 1)
+    assert dl.__dlpack_device__() == (DLDeviceType.kDLCUDA, 1)
+    assert fake.calls == [("pointer_attributes", DEVICE_PTR)]
+    assert asdlpack(CAI(MANAGED_PTR)).device == (DLDeviceType.kDLCUDAManaged, 0)
+    assert asdlpack(CAI(HOST_PTR)).device == (DLDeviceType.kDLCUDAHost, 0)
+    assert asdlpack(CAI(version=2)).dtype == "float32"
+
+
+def test_cai_zero_size_null_pointer(fake):
+    class Empty:
+        __cuda_array_interface__ = property(lambda self: {
+            "shape": (0,), "typestr": "<f4", "data": (0, False), "version": 3})
+
+    dl = asdlpack(Empty())
+    assert dl.size == 0 and dl.device == (DLDeviceType.kDLCUDA, 0) and fake.calls == []
+
+
+@pytest.mark.parametrize(("consumer", "expected"), [
+    (None, [("stream_wait", 7, 1)]),
+    (1, [("stream_wait", 7, 1)]),
+    (2, [("stream_wait", 7, 2)]),
+    (0xABC, [("stream_wait", 7, 0xABC)]),
+    (-1, []),
+    (7, []),
+])
+def test_stream_cases_driver_calls(fake, consumer, expected):
+    dl = asdlpack(CAI(stream=7))
+    fake.calls.clear()
+    capsule = dl.__dlpack__(stream=consumer, max_version=(1, 0))
+    assert fake.calls == expected
+    assert todict(capsule)["device"] == (DLDeviceType.kDLCUDA, 1)
+
+
+def test_stream_zero_rejected_both_ways(fake):
+    dl = asdlpack(CAI(stream=7))
+    with pytest.raises(BufferError, match="stream = 0"):
+        dl.__dlpack__(stream=0)
+    with pytest.raises(BufferError, match="'stream' = 0"):
+        asdlpack(CAI(stream=0))
+    with pytest.raises(BufferError, match="stream"):
+        dl.__dlpack__(stream="fast")
+
+
+def test_no_producer_stream_means_no_sync(fake):
+    dl = asdlpack(CAI(stream=None))
+    fake.calls.clear()
+    dl.__dlpack__(stream=5, max_version=(1, 0))
+    assert fake.calls == []
+
+
+def test_cai_out_and_cpu_protocols_absent(fake):
+    dl = asdlpack(CAI(stream=7, readonly=True))
+    cai = dl.__cuda_array_interface__
+    assert cai["data"] == (DEVICE_PTR, True) and cai["stream"] == 7 and cai["version"] == 3
+    assert cai["shape"] == (2, 3) and cai["typestr"] == "<f4" and cai["strides"] is None
+    assert not hasattr(dl, "__array_interface__")
+    with pytest.raises(BufferError, match="kDLCUDA:1"):
+        memoryview(dl)
+    with pytest.raises(BufferError, match="copy"):
+        dl.__dlpack__(max_version=(1, 0), copy=True)
+    with pytest.raises(BufferError, match="cannot move"):
+        dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+
+
+def test_cai_mask_and_bad_fields(fake):
+    with pytest.raises(BufferError, match="mask"):
+        asdlpack(CAI(mask=object()))
+    with pytest.raises(BufferError, match="version"):
+        asdlpack(CAI(version=1))
+
+
+def _cuda_capsule():
+    """A versioned capsule describing device memory, built with ctypes (kept alive here)."""
+    shape = (ctypes.c_int64 * 1)(4)
+    m = dlc.DLManagedTensorVersioned()
+    m.version.major = 1
+    m.dl_tensor.data = DEVICE_PTR
+    m.dl_tensor.device = dlc.DLDevice(2, 0)
+    m.dl_tensor.ndim = 1
+    m.dl_tensor.dtype = dlc.DLDataType(2, 32, 1)
+    m.dl_tensor.shape = shape
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    _keep.append((m, shape))
+    return new(ctypes.addressof(m), b"dltensor_versioned", None)
+
+
+_keep = []
+
+
+class CudaProducer:
+    """A DLPack producer of device memory that records the streams it is asked for."""
+
+    def __init__(self):
+        self.streams = []
+
+    def __dlpack__(self, stream=None, max_version=None, **kwargs):
+        self.streams.append(stream)
+        return _cuda_capsule()
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_dlpack_cuda_provider_gets_the_consumers_stream(fake):
+    p = CudaProducer()
+    dl = asdlpack(p)
+    assert dl.device == (DLDeviceType.kDLCUDA, 0) and p.streams == [None]
+    dl.__dlpack__(stream=42, max_version=(1, 0))
+    assert p.streams == [None, 42]             # the provider syncs for the real consumer
+    dl.__dlpack__(stream=-1, max_version=(1, 0))
+    assert p.streams == [None, 42]
+    assert dl.__cuda_array_interface__["stream"] == 1
+    assert fake.calls == []
+
+
+def test_cuda_host_and_rocm_device_types_carried():
+    for device_type in (DLDeviceType.kDLCUDAHost, DLDeviceType.kDLROCM, DLDeviceType.kDLROCMHost):
+        shape = (ctypes.c_int64 * 1)(2)
+        data = (ctypes.c_float * 2)(1, 2)
+        m = dlc.DLManagedTensorVersioned()
+        m.version.major = 1
+        m.dl_tensor.data = ctypes.addressof(data)
+        m.dl_tensor.device = dlc.DLDevice(device_type, 0)
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype = dlc.DLDataType(2, 32, 1)
+        m.dl_tensor.shape = shape
+        dl = asdlpack(ctypes.pointer(m))
+        assert dl.device == (device_type, 0)
+        assert todict(dl.__dlpack__(max_version=(1, 0), stream=-1 if device_type == 3 else None)
+                      )["device"] == (device_type, 0)
+        assert hasattr(dl, "__cuda_array_interface__") is (device_type == 3)
+        assert hasattr(dl, "__array_interface__") is (device_type in (3, 11))
+
+
+def test_missing_driver_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(_cuda, "_driver", None)
+    real = _cuda.Driver
+    monkeypatch.setattr(_cuda, "Driver", lambda: real("libcuda-not-here.so.1"))
+    with pytest.raises(BufferError, match="CUDA driver"):
+        asdlpack(CAI())
+
+
+def test_cpu_work_never_loads_the_driver():
+    code = ("import dlpack, sys, numpy as np\n"
+            "np.from_dlpack(dlpack.asdlpack(b'abc'))\n"
+            "memoryview(dlpack.asdlpack(np.arange(3)))\n"
+            "assert 'dlpack._cuda' not in sys.modules, 'driver layer imported'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr

@@ -1,0 +1,72 @@
+"""Real-GPU exchanges among PyTorch CUDA, CuPy and Numba; skipped cleanly without a GPU."""
+
+import gc
+
+import pytest
+
+from dlpack import DLDeviceType, asdlpack
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU on this machine", allow_module_level=True)
+
+
+def test_torch_cuda_round_trip_same_memory():
+    t = torch.arange(1000, device="cuda", dtype=torch.float32)
+    dl = asdlpack(t)
+    assert dl.device == (DLDeviceType.kDLCUDA, t.device.index or 0)
+    back = torch.from_dlpack(dl)
+    assert back.data_ptr() == t.data_ptr() and torch.equal(back, t)
+    cai = dl.__cuda_array_interface__
+    assert cai["data"][0] == t.data_ptr()
+    assert not hasattr(dl, "__array_interface__")
+
+
+def test_side_stream_work_is_waited_for():
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = torch.empty(1 << 22, device="cuda")
+        torch.cuda._sleep(50_000_000)
+        t.fill_(3.0)
+        dl = asdlpack(_CAIView(t, side))
+    out = torch.from_dlpack(dl)
+    assert float(out.sum()) == 3.0 * (1 << 22)
+
+
+class _CAIView:
+    """Speaks only the CUDA array interface, reporting the side stream its data is on."""
+
+    def __init__(self, t, stream):
+        self.t = t
+        cai = dict(t.__cuda_array_interface__)
+        cai["stream"] = stream.cuda_stream
+        self.__cuda_array_interface__ = cai
+
+
+def test_cupy_and_numba_consumers():
+    cupy = pytest.importorskip("cupy")
+    numba_cuda = pytest.importorskip("numba.cuda")
+    t = torch.arange(16, device="cuda", dtype=torch.float32)
+    c = cupy.from_dlpack(asdlpack(t))
+    assert c.data.ptr == t.data_ptr()
+    n = numba_cuda.as_cuda_array(asdlpack(t))
+    assert n.copy_to_host().tolist() == list(range(16))
+    x = torch.from_dlpack(asdlpack(numba_cuda.to_device(t.cpu().numpy())))
+    assert x.is_cuda and x.tolist() == list(range(16))
+
+
+def test_device_ordinal_of_second_gpu():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU only")
+    t = torch.ones(4, device="cuda:1")
+    view = _CAIView(t, torch.cuda.current_stream(1))
+    assert asdlpack(view).device == (DLDeviceType.kDLCUDA, 1)
+
+
+def test_no_leak_on_gpu():
+    t = torch.ones(1024, device="cuda")
+    before = torch.cuda.memory_allocated()
+    for _ in range(10_000):
+        torch.from_dlpack(asdlpack(t))
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
