@@ -56,8 +56,11 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
         except (TypeError, IndexError):
             raise TypeError(f"__dlpack__: max_version = {max_version!r} is not a "
                             "(major, minor) tuple")
-    do_copy = _dlpack_copy_needed(self, dl_device, copy)
-    if _cuda_kind(self.dl.device.device_type) and not do_copy:
+    do_copy = (dl_device is not None or copy is not None) and _dlpack_copy_needed(
+        self, dl_device, copy)
+    if self.dl.device.device_type == kDLCPU and stream is None:
+        pass                                        # the common case: nothing to arrange
+    elif _cuda_kind(self.dl.device.device_type) and not do_copy:
         _sync_for(self, stream)
     elif stream is not None and not (_cuda_kind(self.dl.device.device_type) and stream == -1):
         raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
