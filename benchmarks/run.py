@@ -1,0 +1,174 @@
+"""pydlpack's performance targets (SPEC §8), as ratios against the native path in one process.
+
+Each row times our exchange and its reference in interleaved rounds (so drift and noise hit
+both alike), reports the median ratio, the target, and the noise (spread of the per-round
+ratios). Exit status 1 when a ratio misses its target by more than that noise.
+
+    python benchmarks/run.py            # full: 30 rounds, 10**6 exchanges for memory
+    python benchmarks/run.py --quick    # CI-sized
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from dlpack import asdlpack
+
+
+def per_call_ns(fn: Callable[[], object], number: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter_ns() - start) / number
+
+
+def compare(ours, ref, rounds: int, number: int) -> tuple[float, float, float, float]:
+    """(median ours ns, median ref ns, median ratio, noise as relative spread of ratios)."""
+    for _ in range(3):
+        per_call_ns(ours, number // 10 + 1)
+        per_call_ns(ref, number // 10 + 1)
+    a, b, ratios = [], [], []
+    for _ in range(rounds):
+        x = per_call_ns(ours, number)
+        y = per_call_ns(ref, number)
+        a.append(x)
+        b.append(y)
+        ratios.append(x / y)
+    q = statistics.quantiles(ratios, n=4)
+    median = statistics.median(ratios)
+    return statistics.median(a), statistics.median(b), median, (q[2] - q[0]) / median
+
+
+def rss_kib() -> int:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+OLD_SCRIPT = """
+import timeit, numpy as np
+from dlpack import asdlpack
+b = b"x" * 4096
+a = np.arange(1024, dtype=np.float32)
+for stmt in ("np.from_dlpack(asdlpack(b))", "np.from_dlpack(asdlpack(a))", "asdlpack(b)"):
+    t = min(timeit.repeat(stmt, number=300, repeat=7, globals=globals())) / 300 * 1e9
+    print(stmt, t)
+"""
+
+
+def old_pydlpack() -> dict[str, float] | str:
+    """Per-exchange ns of pydlpack 0.2.1, run in a venv of its own (it imports as dlpack too)."""
+    venv = os.path.join(tempfile.gettempdir(), "pydlpack-0.2.1-venv")
+    python = os.path.join(venv, "bin", "python")
+    try:
+        if not os.path.exists(python):
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
+            subprocess.run([python, "-m", "pip", "install", "-q", "pydlpack==0.2.1", "numpy"],
+                           check=True, capture_output=True, timeout=600)
+        run = subprocess.run([python, "-c", OLD_SCRIPT], check=True, capture_output=True,
+                             text=True, timeout=600)
+    except (subprocess.SubprocessError, OSError) as e:
+        return f"skipped: cannot make a pydlpack 0.2.1 venv ({e})"
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in run.stdout.splitlines() if line.strip()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few rounds (CI)")
+    args = parser.parse_args()
+    rounds, number = (7, 2000) if args.quick else (30, 20000)
+    exchanges = 100_000 if args.quick else 1_000_000
+
+    rows = []   # (label, reference label, ours ns, ref ns, ratio, target, noise)
+
+    def row(label, ours, ref_label, ref, target):
+        x, y, ratio, noise = compare(ours, ref, rounds, number)
+        rows.append((label, ref_label, x, y, ratio, target, noise))
+
+    b = b"x" * 4096
+    a = np.arange(1024, dtype=np.float32)
+    row("numpy.from_dlpack(asdlpack(b)), 4 KB bytes", lambda: np.from_dlpack(asdlpack(b)),
+        "numpy.frombuffer(b, uint8)", lambda: np.frombuffer(b, np.uint8), 1.1)
+    row("asdlpack(b)", lambda: asdlpack(b), "memoryview(b)", lambda: memoryview(b), 1.0)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        t = torch.arange(1024, dtype=torch.float32)
+        row("torch.from_dlpack(asdlpack(a)), NumPy a", lambda: torch.from_dlpack(asdlpack(a)),
+            "torch.from_dlpack(a)", lambda: torch.from_dlpack(a), 1.1)
+        row("numpy.from_dlpack(asdlpack(t)), torch t", lambda: np.from_dlpack(asdlpack(t)),
+            "numpy.from_dlpack(t)", lambda: np.from_dlpack(t), 0.5)
+        row("memoryview(asdlpack(t))", lambda: memoryview(asdlpack(t)),
+            "memoryview(t.numpy())", lambda: memoryview(t.numpy()), 1.0)
+    try:
+        import tvm_ffi
+    except ImportError:
+        tvm_ffi = None
+    if tvm_ffi is not None:
+        row("tvm_ffi.from_dlpack(asdlpack(a))", lambda: tvm_ffi.from_dlpack(asdlpack(a)),
+            "tvm_ffi.from_dlpack(a)", lambda: tvm_ffi.from_dlpack(a), 1.0)
+    sizes = {"big": b"x" * (1 << 30), "small": b"x" * 1024}
+    row("numpy.from_dlpack(asdlpack(1 GB))", lambda: np.from_dlpack(asdlpack(sizes["big"])),
+        "numpy.from_dlpack(asdlpack(1 KB))", lambda: np.from_dlpack(asdlpack(sizes["small"])),
+        1.0)
+    sizes.clear()
+
+    same = {"np.from_dlpack(asdlpack(b))": lambda: np.from_dlpack(asdlpack(b)),
+            "np.from_dlpack(asdlpack(a))": lambda: np.from_dlpack(asdlpack(a)),
+            "asdlpack(b)": lambda: asdlpack(b)}
+    old = old_pydlpack()
+
+    gc.collect()
+    for _ in range(exchanges // 10):
+        np.from_dlpack(asdlpack(b))
+        asdlpack(a).__dlpack__(max_version=(1, 0))
+    gc.collect()
+    before = rss_kib()
+    for _ in range(exchanges):
+        np.from_dlpack(asdlpack(b))                      # consumed
+        asdlpack(a).__dlpack__(max_version=(1, 0))       # exported, never consumed
+    gc.collect()
+    grown = rss_kib() - before
+
+    failed = False
+    print(f"pydlpack benchmarks: {rounds} interleaved rounds × {number} calls per row "
+          f"(median of rounds); {os.cpu_count()} CPUs\n")
+    print(f"| {'exchange':44} | {'reference':34} | ours ns | ref ns | ratio | target | noise | |")
+    print(f"|{'-' * 46}|{'-' * 36}|---------|--------|-------|--------|-------|---|")
+    for label, ref_label, x, y, ratio, target, noise in rows:
+        tolerance = 0.10 if "1 GB" in label else noise
+        ok = ratio <= target * (1 + tolerance) or (target == 1.0 and "1 GB" in label
+                                                   and abs(ratio - 1) <= 0.15)
+        failed |= not ok
+        print(f"| {label:44} | {ref_label:34} | {x:7.0f} | {y:6.0f} | {ratio:5.2f} | "
+              f"≤ {target:<4} | {noise:5.0%} | {'✓' if ok else '✗'} |")
+    if isinstance(old, str):
+        print(f"\npydlpack 0.2.1: {old}")
+    else:
+        for stmt, ns in old.items():
+            ours = statistics.median(per_call_ns(same[stmt], number) for _ in range(rounds))
+            speedup = ns / ours
+            ok = speedup >= 100
+            print(f"| pydlpack 0.2.1 {stmt:29} | ours {ours:29.0f} | {ns:7.0f} | {ours:6.0f} | "
+                  f"{speedup:4.0f}× | ≥ 100× | | {'✓' if ok else '✗'} |")
+    ok = grown < 2048
+    failed |= not ok
+    print(f"\nresident memory after {exchanges:,} exchanges (consumed + unconsumed): "
+          f"{grown:+d} KiB (target: no growth beyond noise, < 2048 KiB) {'✓' if ok else '✗'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
