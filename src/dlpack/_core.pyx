@@ -10,7 +10,7 @@ from cpython.pycapsule cimport (
     PyCapsule_New, PyCapsule_SetName,
 )
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
-from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -121,6 +121,9 @@ cdef class DLPackObject:
             if self.dl.shape[i] < 0:
                 raise BufferError(f"{protocol}: field 'shape' has a negative extent "
                                   f"{self.dl.shape[i]} in dimension {i}")
+            if self.dl.shape[i] and size > INT64_MAX // 16 // self.dl.shape[i]:
+                raise BufferError(f"{protocol}: field 'shape' = {self.shape} has more "
+                                  "elements than memory can hold")
             size *= self.dl.shape[i]
         for i in range(n - 1, -1, -1):
             if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:

@@ -47,9 +47,12 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
 
 cdef DLPackObject _from_capsule(object capsule, object base):
     """Consume a "dltensor" / "dltensor_versioned" capsule: rename it used, own its struct."""
-    cdef const char *name = PyCapsule_GetName(capsule)
+    cdef const char *name
     cdef void *m
     cdef DLManagedTensorVersioned *mv
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__}, not a PyCapsule")
+    name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         PyCapsule_SetName(capsule, b"used_dltensor_versioned")

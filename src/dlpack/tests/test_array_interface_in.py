@@ -62,7 +62,7 @@ def test_every_numpy_dtype_both_interfaces(dtype):
 ])
 def test_layouts_both_interfaces(make):
     a = make()
-    for provider in (iface_of(a), Struct(a)):
+    for provider in (a, iface_of(a), Struct(a)):
         dl = asdlpack(provider)
         assert dl.shape == a.shape
         assert dl.strides == tuple(s // a.itemsize for s in a.strides) or a.size == 0
@@ -72,10 +72,18 @@ def test_layouts_both_interfaces(make):
             assert b.ctypes.data == a.ctypes.data
 
 
+def test_unaligned_numpy_array_falls_back_to_dlpack():
+    raw = np.zeros(33, dtype=np.uint8)
+    a = raw[1:].view(np.float64)          # NumPy marks it unaligned
+    assert not a.flags.aligned
+    dl = asdlpack(a)
+    assert dl.data_ptr == a.ctypes.data and dl.dtype == "float64"
+
+
 def test_readonly_both_interfaces():
     a = np.arange(4.0)
     a.flags.writeable = False
-    for provider in (iface_of(a), Struct(a)):
+    for provider in (a, iface_of(a), Struct(a)):
         dl = asdlpack(provider)
         assert dl.readonly
         assert not np.from_dlpack(dl).flags.writeable
@@ -129,6 +137,7 @@ def test_buffer_too_small_rejected():
     ({"typestr": 42}, "typestr"),
     ({"shape": "abc"}, "shape"),
     ({"shape": (2, -3)}, "negative"),
+    ({"shape": (2**40, 2**40)}, "more elements"),
     ({"shape": (1.5,)}, "shape"),
     ({"strides": (6,)}, "not a multiple"),
     ({"strides": (4, 4)}, "strides"),

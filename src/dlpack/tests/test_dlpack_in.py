@@ -250,3 +250,12 @@ def test_idempotent_and_direct_construction():
     assert opted is not dl and opted.base is dl and opted.data_ptr == dl.data_ptr
     with pytest.raises(TypeError, match="asdlpack"):
         DLPackObject()
+
+
+def test_dlpack_returning_garbage():
+    class Liar:
+        def __dlpack__(self, **kwargs):
+            return 42
+
+    with pytest.raises(BufferError, match="not a PyCapsule"):
+        asdlpack(Liar())
