@@ -113,10 +113,15 @@ def _p_torch(name):
     return torch.tensor([v % 2 for v in VALUES] if name == "bool" else VALUES).to(dtype)
 
 
-def _p_jax(name):
+def _jax():
+    """JAX with 64-bit types on, so int64/float64 are exchanged rather than narrowed."""
     jax = _need("jax")
     jax.config.update("jax_enable_x64", True)
-    return jax.numpy.asarray(_reference(name))
+    return jax
+
+
+def _p_jax(name):
+    return _jax().numpy.asarray(_reference(name))
 
 
 def _p_tensorflow(name):
@@ -182,7 +187,7 @@ def _c_torch(dl):
 
 
 def _c_jax(dl):
-    return _need("jax.numpy").from_dlpack(dl)
+    return _jax().numpy.from_dlpack(dl)
 
 
 def _c_tensorflow(dl):
