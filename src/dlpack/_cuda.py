@@ -144,3 +144,12 @@ def sync_for_consumer(producer: int | None, stream: object, provider: object = N
     if producer is None or producer == consumer:
         return
     driver().stream_wait(producer, consumer)
+
+
+def sync_for_host(producer: int | None, provider: object = None) -> None:
+    """Block the host until the producer's pending work is done, before a host-side copy."""
+    if provider is not None:
+        provider.__dlpack__(stream=LEGACY_DEFAULT_STREAM)
+        producer = LEGACY_DEFAULT_STREAM
+    if producer is not None:
+        driver().stream_synchronize(producer)

@@ -60,8 +60,8 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
         self, dl_device, copy)
     if self.dl.device.device_type == kDLCPU and stream is None:
         pass                                        # the common case: nothing to arrange
-    elif _cuda_kind(self.dl.device.device_type) and not do_copy:
-        _sync_for(self, stream)
+    elif _cuda_kind(self.dl.device.device_type):
+        _sync_for(self, stream, do_copy)
     elif stream is not None and not (_cuda_kind(self.dl.device.device_type) and stream == -1):
         raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
                           f"{_device_name(self.dl.device)}")
@@ -101,7 +101,10 @@ cdef bint _dlpack_copy_needed(DLPackObject self, object dl_device, object copy) 
         raise BufferError(f"__dlpack__: copy of a strided {self.dtype.name} array")
     return bool(copy) or moving
 
-cdef int _sync_for(DLPackObject self, object stream) except -1:
+cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
     from dlpack import _cuda
-    _cuda.sync_for_consumer(self._stream, stream, self._resync)
+    if host_copy:       # we read the memory on the host: wait for the producer's stream
+        _cuda.sync_for_host(self._stream, self._resync)
+    else:
+        _cuda.sync_for_consumer(self._stream, stream, self._resync)
     return 0

@@ -116,6 +116,22 @@ def test_cai_out_and_cpu_protocols_absent(fake):
         dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
 
 
+def test_host_copy_of_pinned_memory_synchronises_first(fake):
+    host = (ctypes.c_float * 6)(*range(6))
+
+    pinned = CAI(ctypes.addressof(host), stream=7)
+    pinned.__cuda_array_interface__["shape"] = (6,)
+
+    fake.pointer_attributes = lambda ptr: (_cuda.CU_MEMORYTYPE_HOST, 0, False)
+    dl = asdlpack(pinned)
+    assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
+    np = pytest.importorskip("numpy")
+    a = np.from_dlpack(dl, device="cpu", copy=True)
+    assert fake.calls == [("stream_synchronize", 7)]
+    assert a.tolist() == list(range(6)) and a.ctypes.data != ctypes.addressof(host)
+    assert memoryview(dl).tolist() == list(range(6))   # pinned memory is host-addressable
+
+
 def test_cai_mask_and_bad_fields(fake):
     with pytest.raises(BufferError, match="mask"):
         asdlpack(CAI(mask=object()))
