@@ -273,6 +273,7 @@ cdef class DLPackObject:
 
 
 include "_in/buffer.pxi"
+include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
 include "_in/dlpack.pxi"
@@ -317,6 +318,7 @@ cdef DLPackObject _dispatch(object obj):
     cdef list refusals = []
     cdef type t = type(obj)
     if _ndarray is None and t.__name__ == "ndarray" and t.__module__ == "numpy":
+        _check_ndarray_layout(obj)
         _ndarray = t
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
@@ -373,11 +375,10 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False):
     if t is bytes or t is bytearray or t is memoryview:
         r = _from_buffer(obj)
     elif t is _ndarray:
-        # Same memory, owner and flags as its __dlpack__, at a third of the cost; anything
-        # it refuses (unaligned, structured…) takes the full protocol order for its error.
-        try:
-            r = _from_array_struct(obj, obj.__array_struct__)
-        except BufferError:
+        # Same memory, owner and flags as its __dlpack__ at a fraction of the cost; anything
+        # unusual (unaligned, structured, ml_dtypes…) takes the full protocol order.
+        r = _from_ndarray(obj) if _ndarray_layout == 1 else None
+        if r is None:
             r = _dispatch(obj)
     else:
         r = _dispatch(obj)

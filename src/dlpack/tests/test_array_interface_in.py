@@ -216,3 +216,19 @@ def test_ml_subbyte_padded():
     dl = asdlpack(a)
     assert dl.dtype.bits == 4 and dl.itemsize == 1
     assert dl.flags & 4   # IS_SUBBYTE_TYPE_PADDED
+
+
+@pytest.mark.parametrize("dtype", ["?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "l",
+                                   "L", "e", "f4", "f8", "c8", "c16"])
+def test_ndarray_fast_path_matches_numpys_own_dlpack(dtype):
+    from dlpack import _core, todict
+
+    base = np.arange(24).astype(dtype).reshape(4, 6)
+    for a in (base, base[::2, ::-3], base.T, base[1:2], base[0, 0, ...]):
+        mine = todict(asdlpack(a))
+        theirs = todict(a.__dlpack__(max_version=(1, 0)))
+        for key in ("data", "device", "ndim", "dtype", "shape"):
+            assert mine[key] == theirs[key], key
+        if a.size > 1:
+            assert mine["strides"] == theirs["strides"]
+    assert _core._ndarray_fast_path()     # the struct layout matched this NumPy
