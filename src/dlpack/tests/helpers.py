@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
+import sys
 
 import pytest
 
@@ -22,6 +24,13 @@ def rss_kib() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def run_clean(code: str) -> None:
+    """Run code in a fresh interpreter; it must exit 0 and print no traceback at all."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
 
 
 def consume(name: str, dl):

@@ -1,13 +1,12 @@
 """CUDA without a GPU (SPEC §3.4, §4 stream, §5): a fake driver checks the exact driver calls."""
 
 import ctypes
-import subprocess
-import sys
 
 import pytest
 
 import dlpack.ctypes as dlc
 from dlpack import DLDeviceType, _cuda, asdlpack, todict
+from dlpack.tests.helpers import run_clean
 
 DEVICE_PTR = 0x7F00_0000_0000
 MANAGED_PTR = 0x7E00_0000_0000
@@ -217,5 +216,4 @@ def test_cpu_work_never_loads_the_driver():
             "np.from_dlpack(dlpack.asdlpack(b'abc'))\n"
             "memoryview(dlpack.asdlpack(np.arange(3)))\n"
             "assert 'dlpack._cuda' not in sys.modules, 'driver layer imported'\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
+    run_clean(code)
