@@ -160,6 +160,10 @@ def _p_pillow(name):
     return image.frombytes("L", (6, 1), bytes(VALUES))
 
 
+def _p_torch_cuda(name):
+    return _p_torch(name).cuda()
+
+
 def _p_cupy(name):
     cupy = _need("cupy")
     return cupy.asarray(_reference(name))
@@ -182,6 +186,7 @@ PROVIDERS: dict[str, tuple[str, Callable, str]] = {
     "tensorflow": ("tensorflow", _p_tensorflow, "cpu"),
     "pyarrow": ("pyarrow", _p_pyarrow, "cpu"),
     "pillow": ("PIL", _p_pillow, "cpu"),
+    "torch.cuda": ("torch", _p_torch_cuda, "cuda"),
     "cupy": ("cupy", _p_cupy, "cuda"),
     "numba": ("numba", _p_numba, "cuda"),
 }
@@ -238,6 +243,7 @@ CONSUMERS: dict[str, tuple[str, Callable, str]] = {
     "array_api_strict": ("array_api_strict", _c_array_api_strict, "cpu"),
     "memoryview": ("builtins", _c_memoryview, "cpu"),
     "tvm_ffi": ("tvm_ffi", _c_tvm_ffi, "cpu"),
+    "torch.cuda": ("torch", _c_torch, "cuda"),
     "cupy": ("cupy", _c_cupy, "cuda"),
     "numba": ("numba", _c_numba, "cuda"),
 }
@@ -253,10 +259,12 @@ def _address(result) -> int | None:
 
 def _values(result, name: str) -> list:
     """A consumer's result as a flat list of Python numbers (ML types through ml_dtypes)."""
-    if hasattr(result, "__cuda_array_interface__") and hasattr(result, "copy_to_host"):
+    if hasattr(result, "copy_to_host"):                       # Numba device array
         result = result.copy_to_host()
-    elif hasattr(result, "get") and type(result).__module__.startswith("cupy"):
+    elif type(result).__module__.startswith("cupy"):
         result = result.get()
+    elif getattr(result, "is_cuda", False):                   # torch CUDA tensor
+        result = result.cpu()
     dl = asdlpack(result, allow_legacy_readonly=True)
     try:
         view = memoryview(dl)
