@@ -59,6 +59,9 @@ def test_buffer_strided_and_contiguity_requests():
     with pytest.raises(BufferError, match="C-contiguous"):
         io.BytesIO().write(dl)                   # a simple (contiguous) request
     assert bytes(asdlpack(np.arange(3, dtype=np.uint8))) == b"\x00\x01\x02"
+    f = io.BytesIO()
+    assert f.write(asdlpack(np.arange(3, dtype=np.int16).reshape(3, 1))) == 6   # PyBUF_SIMPLE
+    assert f.getvalue() == np.arange(3, dtype=np.int16).tobytes()
 
 
 def test_buffer_zero_dim_and_empty():
