@@ -11,7 +11,7 @@ from cpython.pycapsule cimport (
 )
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
 from dlpack._abi cimport *

@@ -192,15 +192,6 @@ def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int
     return int(_KIND_CODE[kind]), size * 8, 0
 
 
-# DLPack (code, bits) -> PEP 3118 format and array-interface kind, for the way out.
-BUFFER_FORMATS = {
-    (C.kDLBool, 8): "?", (C.kDLInt, 8): "b", (C.kDLUInt, 8): "B", (C.kDLInt, 16): "h",
-    (C.kDLUInt, 16): "H", (C.kDLInt, 32): "i", (C.kDLUInt, 32): "I", (C.kDLInt, 64): "q",
-    (C.kDLUInt, 64): "Q", (C.kDLFloat, 16): "e", (C.kDLFloat, 32): "f", (C.kDLFloat, 64): "d",
-    (C.kDLComplex, 64): "Zf", (C.kDLComplex, 128): "Zd",
-}
-
-
 @cache
 def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
     """(typestr, descr) describing a DLPack dtype to an array-interface consumer.

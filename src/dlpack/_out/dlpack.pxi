@@ -35,7 +35,11 @@ cdef void *_export(DLPackObject self, bint versioned, bint copy) except NULL:
         t.data = block + data_at
         t.device.device_type = kDLCPU
         t.device.device_id = 0
-        _copy_contiguous(<char *>t.data, self, t.strides)
+        try:
+            _copy_contiguous(<char *>t.data, self, t.strides)
+        except BaseException:
+            free(block)
+            raise
         ctx = NULL
     else:
         memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))

@@ -45,21 +45,22 @@ cdef void _legacy_capsule_destructor(object capsule) noexcept:
         PyErr_Restore(et, ev, tb)
 
 
-cdef void _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) noexcept:
+cdef int _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) except -1:
     """Copy src's elements into dst in C order; write C-contiguous element strides."""
     cdef int ndim = src.dl.ndim, i
     cdef Py_ssize_t itemsize = src._itemsize()
     cdef int64_t size = src._size(), n
-    cdef int64_t idx[64]
+    cdef int64_t *idx
     cdef char *p
     _c_strides_into(src, out_strides)
     if size == 0:
-        return
-    if src._c_contig or ndim > 64:
+        return 0
+    if src._c_contig:
         memcpy(dst, src.dl.data, src._nbytes())
-        return
-    for i in range(ndim):
-        idx[i] = 0
+        return 0
+    idx = <int64_t *>calloc(ndim, sizeof(int64_t))
+    if idx == NULL:
+        raise MemoryError()
     for n in range(size):
         p = <char *>src.dl.data
         for i in range(ndim):
@@ -73,6 +74,8 @@ cdef void _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) no
                 break
             idx[i] = 0
             i -= 1
+    free(idx)
+    return 0
 
 
 # -- the five functions of DLPackExchangeAPI -----------------------------------------------------

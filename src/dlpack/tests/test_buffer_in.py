@@ -192,9 +192,6 @@ def test_structure_rejected():
 
 
 def test_non_native_byte_order_buffer_rejected():
-    class Big(ctypes.BigEndianStructure):
-        _fields_ = [("a", ctypes.c_int32)]
-
     be = (ctypes.c_int32.__ctype_be__ * 2)()
     with pytest.raises(BufferError, match="byte order"):
         asdlpack(be)

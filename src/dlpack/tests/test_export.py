@@ -154,3 +154,28 @@ def test_capsule_alive_at_interpreter_shutdown():
             "import builtins\nbuiltins.cycle = [keep]\nbuiltins.cycle.append(builtins.cycle)\n"
             "a = np.from_dlpack(asdlpack(b'abc'))\n")
     run_clean(code)
+
+
+def test_copy_of_strided_tensor_beyond_64_dimensions():
+    import ctypes
+
+    import dlpack.ctypes as dlc
+
+    ndim = 66
+    data = (ctypes.c_float * 4)(0, 1, 2, 3)
+    shape = (ctypes.c_int64 * ndim)(*([1] * 64 + [2, 2]))
+    strides = (ctypes.c_int64 * ndim)(*([1] * 64 + [1, 2]))      # last two dims transposed
+    m = dlc.DLManagedTensorVersioned()
+    m.version.major = 1
+    m.dl_tensor.data = ctypes.addressof(data)
+    m.dl_tensor.device = dlc.DLDevice(1, 0)
+    m.dl_tensor.ndim = ndim
+    m.dl_tensor.dtype = dlc.DLDataType(2, 32, 1)
+    m.dl_tensor.shape = shape
+    m.dl_tensor.strides = strides
+    dl = asdlpack(ctypes.pointer(m))
+    capsule = dl.__dlpack__(max_version=(1, 0), copy=True)     # owns the copy: keep it
+    info = todict(capsule)
+    assert info["strides"][-2:] == (2, 1) and info["data"] != ctypes.addressof(data)
+    copied = (ctypes.c_float * 4).from_address(info["data"])
+    assert list(copied) == [0, 2, 1, 3]
