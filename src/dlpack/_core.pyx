@@ -372,7 +372,9 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False):
         if r._legacy_readonly == allow_legacy_readonly:
             return r
         return _share(r, allow_legacy_readonly)
-    if t is bytes or t is bytearray or t is memoryview:
+    if t is bytes:
+        r = _from_bytes(obj)
+    elif t is bytearray or t is memoryview:
         r = _from_buffer(obj)
     elif t is _ndarray:
         # Same memory, owner and flags as its __dlpack__ at a fraction of the cost; anything

@@ -75,6 +75,29 @@ cdef str _format_refusal(const char *fmt):
             "e f d Zf Zd c, optionally after @ = < > !")
 
 
+cdef extern from "Python.h":
+    char *PyBytes_AS_STRING(object)
+    Py_ssize_t PyBytes_GET_SIZE(object)
+
+
+cdef DLPackObject _from_bytes(object obj):
+    """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
+    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    self.dl.ndim = 1
+    self.dl.strides = self.dl.shape + 1
+    self.dl.shape[0] = PyBytes_GET_SIZE(obj)
+    self.dl.strides[0] = 1
+    self.dl.data = PyBytes_AS_STRING(obj)
+    self.dl.dtype.code = kDLUInt
+    self.dl.dtype.bits = 8
+    self.dl.dtype.lanes = 1
+    self.dl.device.device_type = kDLCPU
+    self._flags = FLAG_READ_ONLY
+    self._c_contig = self._f_contig = True
+    self._base = obj
+    return self
+
+
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
     cdef DLPackObject self = DLPackObject.__new__(DLPackObject)

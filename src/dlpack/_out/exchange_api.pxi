@@ -1,9 +1,18 @@
 # Consumer side: DLPack 1.3's C exchange API (__dlpack_c_exchange_api__ on the type).
 
 
+cdef extern from "Python.h":
+    int PyGILState_Check() nogil
+    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
+
+
 cdef void _drop_context(void *ctx) noexcept nogil:
     """Release the DLPackObject an export holds; after interpreter shutdown, leave it."""
-    if ctx != NULL and Py_IsInitialized():
+    if ctx == NULL or not Py_IsInitialized():
+        return
+    if PyGILState_Check():              # the usual case: a Python consumer frees it
+        _decref_held(<PyObject *>ctx)
+    else:
         with gil:
             Py_XDECREF(<PyObject *>ctx)
 
