@@ -169,6 +169,7 @@ def main() -> int:
             ours = ours_ns[stmt]
             speedup = ns / ours
             ok = speedup >= 100
+            failed |= not ok
             print(f"| pydlpack 0.2.1 {stmt:29} | ours {ours:29.0f} | {ns:7.0f} | {ours:6.0f} | "
                   f"{speedup:4.0f}× | ≥ 100× | | {'✓' if ok else '✗'} |")
     ok = grown < 2048
