@@ -142,11 +142,12 @@ cdef class DLPackObject:
         self._f_contig = f
         return 0
 
-    cdef inline void _c_strides(self) noexcept:
+    cdef inline void _c_strides(self, int64_t *out) noexcept:
+        """Write the C-contiguous element strides of this shape into out."""
         cdef int i
         cdef int64_t s = 1
         for i in range(self.dl.ndim - 1, -1, -1):
-            self.dl.strides[i] = s
+            out[i] = s
             s *= self.dl.shape[i]
 
     cdef int64_t _size(self) noexcept:

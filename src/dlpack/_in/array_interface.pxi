@@ -48,7 +48,7 @@ cdef int _ai_strides(DLPackObject self, str protocol, dict ai) except -1:
     cdef Py_ssize_t itemsize = self._itemsize()
     cdef int64_t s
     if strides is None:
-        self._c_strides()
+        self._c_strides(self.dl.strides)
         return 0
     if not isinstance(strides, (tuple, list)) or len(strides) != self.dl.ndim:
         raise BufferError(f"{protocol}: field 'strides' = {strides!r} is not None or a tuple "

@@ -61,7 +61,7 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
     for i in range(s.nd):
         self.dl.shape[i] = s.shape[i]
     if s.strides == NULL:
-        self._c_strides()
+        self._c_strides(self.dl.strides)
     else:
         for i in range(s.nd):
             if s.strides[i] % itemsize:

@@ -117,7 +117,7 @@ cdef DLPackObject _from_buffer(object obj):
     for i in range(v.ndim):
         self.dl.shape[i] = v.shape[i]
     if v.strides == NULL:
-        self._c_strides()
+        self._c_strides(self.dl.strides)
     else:
         for i in range(v.ndim):
             if v.strides[i] % itemsize:

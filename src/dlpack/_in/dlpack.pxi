@@ -33,7 +33,7 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     self._alloc_dims(t.ndim)
     memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
     if t.strides == NULL:
-        self._c_strides()
+        self._c_strides(self.dl.strides)
     else:
         memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
     self.dl.data = <char *>t.data + t.byte_offset

@@ -1,13 +1,5 @@
 # Consumer side: the buffer protocol (memoryview, array.array, file.write).
 
-cdef int _c_strides_into(DLPackObject self, int64_t *out) except -1:
-    cdef int i
-    cdef int64_t s = 1
-    for i in range(self.dl.ndim - 1, -1, -1):
-        out[i] = s
-        s *= self.dl.shape[i]
-    return 0
-
 cdef const char *_buffer_format(DLPackObject self) except NULL:
     cdef DLDataType t = self.dl.dtype
     if t.lanes == 1:

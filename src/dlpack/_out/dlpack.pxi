@@ -1,11 +1,18 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules).
 
+cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
+                               size_t *data_at) noexcept nogil:
+    """One export block: the managed struct, shape + strides at 8 bytes, data at 64 bytes."""
+    dims_at[0] = (head + 7) & ~(<size_t>7)
+    data_at[0] = (dims_at[0] + 2 * ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+
+
 cdef void *_export(DLPackObject self, bint versioned, bint copy) except NULL:
     """One malloc holds the managed struct, shape, strides and (for copies) the data."""
     cdef int ndim = self.dl.ndim
-    cdef size_t head = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
-    cdef size_t dims_at = (head + 7) & ~(<size_t>7)
-    cdef size_t data_at = (dims_at + 2 * ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+    cdef size_t dims_at, data_at
+    _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
+                  ndim, &dims_at, &data_at)
     cdef size_t nbytes = self._nbytes() if copy else 0
     cdef char *block = <char *>malloc(data_at + nbytes)
     cdef DLTensor *t

@@ -61,7 +61,7 @@ cdef int _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) exc
     cdef int64_t size = src._size(), n
     cdef int64_t *idx
     cdef char *p
-    _c_strides_into(src, out_strides)
+    src._c_strides(out_strides)
     if size == 0:
         return 0
     if src._c_contig:
@@ -98,13 +98,13 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     """A new C-contiguous CPU tensor shaped like proto, freed by its deleter."""
     cdef int i, ndim = proto.ndim
     cdef int64_t size = 1
-    cdef size_t dims_at = (sizeof(DLManagedTensorVersioned) + 7) & ~(<size_t>7)
-    cdef size_t data_at = (dims_at + 2 * ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+    cdef size_t dims_at, data_at
     cdef char *block
     cdef DLManagedTensorVersioned *m
     if proto.device.device_type != kDLCPU or ndim < 0 or ndim > 64:
         set_error(error_ctx, b"BufferError", b"pydlpack allocates CPU tensors of ndim <= 64 only")
         return -1
+    _block_layout(sizeof(DLManagedTensorVersioned), ndim, &dims_at, &data_at)
     for i in range(ndim):
         if proto.shape[i] < 0:
             set_error(error_ctx, b"ValueError", b"negative extent in prototype shape")

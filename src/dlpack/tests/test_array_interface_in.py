@@ -106,7 +106,9 @@ def test_data_none_means_own_buffer():
             return {"shape": (2, 2), "typestr": "<u2", "data": None, "version": 3}
 
     obj = Own(b"\x01\x00\x02\x00\x03\x00\x04\x00")
-    assert np.from_dlpack(asdlpack(obj)).tolist() == [[1, 2], [3, 4]]
+    a = np.from_dlpack(asdlpack(obj))
+    assert a.tolist() == [[1, 2], [3, 4]] and a.flags.writeable
+    assert a.ctypes.data == np.frombuffer(obj, np.uint8).ctypes.data
 
 
 def test_data_bytes_is_readonly_pillow():

@@ -129,8 +129,10 @@ def test_tensorflow_to_torch_fresh_owner_each_call():
 def test_tensorflow_to_dlpack_capsule():
     tf = lib("tensorflow")
     t = tf.constant([[1, 2], [3, 4]], dtype=tf.int32)
+    address = todict(tf.experimental.dlpack.to_dlpack(t))["data"]
     dl = asdlpack(tf.experimental.dlpack.to_dlpack(t))
-    assert np.from_dlpack(dl).tolist() == [[1, 2], [3, 4]]
+    a = np.from_dlpack(dl)
+    assert a.tolist() == [[1, 2], [3, 4]] and a.ctypes.data == address == dl.data_ptr
 
 
 def test_pyarrow_array_and_tensor():

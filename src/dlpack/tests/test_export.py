@@ -67,8 +67,9 @@ def test_copy_via_consumer_and_readonly_copy_is_writable():
     a = np.from_dlpack(asdlpack(b), copy=True)
     assert a.flags.writeable and a.ctypes.data != asdlpack(b).data_ptr
     assert asdlpack(b).__dlpack__(copy=True) is not None   # a copy may go to legacy consumers
-    t = torch.from_dlpack(asdlpack(np.arange(3.0)))
-    assert t.tolist() == [0, 1, 2]
+    src = np.arange(3.0)
+    t = torch.from_dlpack(asdlpack(src), copy=False)
+    assert t.tolist() == [0, 1, 2] and t.data_ptr() == src.ctypes.data
 
 
 def test_copy_false_and_dl_device():
