@@ -1,7 +1,11 @@
-"""``python -m dlpack``: the interoperability matrix of the libraries installed."""
+"""``python -m dlpack``: the interoperability matrix; ``python -m dlpack check``: the checker."""
 
 import sys
 
+if sys.argv[1:2] == ["check"]:
+    from dlpack.check import main
+
+    sys.exit(main(sys.argv[2:]))
 from dlpack.matrix import main
 
 sys.exit(main())

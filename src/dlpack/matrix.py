@@ -1,23 +1,37 @@
 """The interoperability matrix: every installed provider × consumer × dtype through ``asdlpack``.
 
-Each cell is one real exchange on a 6-element array: ``ok`` (zero-copy, right values),
-``copy`` (right values, but the consumer copied), ``fail`` (with the one-line reason) or
-``wrong`` (values differ: a bug somewhere).
+Each cell is one real exchange of a 6-element array, graded by what was measured: ``ok``
+(zero-copy, values read back right), ``copy`` (right values, the consumer copied),
+``readonly_ignored`` (zero-copy of read-only memory into a result that reports itself writable),
+``fail`` (with the reason), ``unverified`` (exchanged, but the values could not be read back, with
+why) or ``wrong`` (values read and different: a bug). The JSON schema is in docs/matrix.md.
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
+
 import argparse
+import ctypes
 import importlib
+import importlib.metadata
 import json
+import platform
 import struct
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import dlpack
 from dlpack import asdlpack, todict
+from dlpack._types import FLAG_BITMASK_READ_ONLY
+
+SCHEMA = "pydlpack-matrix/1"
+WIDTH = 100
 
 DTYPES = [
     "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "float32",
@@ -38,6 +52,8 @@ class NotApplicable(Exception):
 
 @dataclass
 class Cell:
+    """One exchange: who, which dtype, the measured status and why (empty for ``ok``)."""
+
     provider: str
     consumer: str
     dtype: str
@@ -250,6 +266,7 @@ CONSUMERS: dict[str, tuple[str, Callable, str]] = {
 
 
 def _address(result) -> int | None:
+    """Where a consumer's result keeps its first element (None when it cannot be told)."""
     try:
         info = todict(asdlpack(result, allow_legacy_readonly=True))
     except Exception:
@@ -257,8 +274,31 @@ def _address(result) -> int | None:
     return info["data"] + info["byte_offset"]
 
 
+def _writable(result) -> tuple[bool | None, str]:
+    """Whether Python code can write through a consumer's result, and how that was measured."""
+    if isinstance(result, memoryview):
+        return not result.readonly, "memoryview.readonly"
+    top = type(result).__module__.split(".")[0]
+    if top == "numpy":
+        return bool(result.flags.writeable), "ndarray.flags.writeable"
+    if top == "torch":
+        return True, "torch has no read-only tensors"
+    if top in ("jax", "jaxlib", "tensorflow"):
+        return False, f"{top} arrays are immutable"
+    if top == "array_api_strict":
+        return bool(result._array.flags.writeable), "its NumPy array's flags.writeable"
+    try:
+        flags = todict(result)["flags"]
+    except Exception:
+        return None, "no way to tell"
+    return not flags & FLAG_BITMASK_READ_ONLY, "its own __dlpack__ carries no READ_ONLY flag"
+
+
 def _values(result, name: str) -> list:
-    """A consumer's result as a flat list of Python numbers (ML types through ml_dtypes)."""
+    """A consumer's result as a flat list of Python numbers (ML types through ml_dtypes).
+
+    Raises when the result cannot be read back: the cell is then "cannot verify", never "wrong".
+    """
     if hasattr(result, "copy_to_host"):                       # Numba device array
         result = result.copy_to_host()
     elif type(result).__module__.startswith("cupy"):
@@ -266,21 +306,26 @@ def _values(result, name: str) -> list:
     elif getattr(result, "is_cuda", False):                   # torch CUDA tensor
         result = result.cpu()
     dl = asdlpack(result, allow_legacy_readonly=True)
-    try:
-        view = memoryview(dl)
+    view = memoryview(dl) if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else None
+    if view is not None and view.format in ("?", "b", "B", "h", "i", "l", "q", "Q", "e", "f",
+                                            "d", "Zf", "Zd"):
         item = {"Zf": "ff", "Zd": "dd"}.get(view.format, view.format)
         found = struct.iter_unpack(item, view.tobytes())    # flat, any shape, no NumPy
         return [complex(*x) if len(x) == 2 else x[0] for x in found]
-    except BufferError:
-        import numpy as np
+    import numpy as np
 
-        raw = np.asarray(dl).view(_np_dtype(name))
-        return raw.reshape(-1).astype(np.float64).tolist()
+    raw = np.asarray(dl)
+    want = _np_dtype(name)
+    if raw.nbytes != want.itemsize * len(VALUES):
+        raise ValueError(f"result holds {raw.nbytes} bytes ({raw.dtype}), expected "
+                         f"{len(VALUES)} {name} values")
+    return np.frombuffer(raw.tobytes(), want).astype(np.complex128 if want.kind == "c" else
+                                                     np.float64).tolist()
 
 
-def _shorten(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return f"{type(e).__name__}: {text[:157] + '...' if len(text) > 160 else text}"
+def _reason(e: BaseException) -> str:
+    """An exception as one line: its type and whole message (never cut, whitespace folded)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
 
 
 def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
@@ -290,33 +335,42 @@ def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
     except NotApplicable:
         return None
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", "provider: " + _shorten(e))
-    legacy = consumer in ("jax", "tensorflow")
+        return Cell(provider, consumer, name, "fail", "provider: " + _reason(e))
     try:
-        dl = asdlpack(obj, allow_legacy_readonly=legacy and provider in ("jax", "tensorflow"))
+        dl = asdlpack(obj)
         result = CONSUMERS[consumer][1](dl)
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", _shorten(e))
+        return Cell(provider, consumer, name, "fail", _reason(e))
     try:
         got = _values(result, name)
     except Exception as e:
-        return Cell(provider, consumer, name, "wrong", "cannot read result: " + _shorten(e))
+        return Cell(provider, consumer, name, "unverified",
+                    "cannot read the result back: " + _reason(e))
     if got != _expected(name):
         return Cell(provider, consumer, name, "wrong", f"got {got}")
-    if _address(result) == dl.data_ptr:
-        return Cell(provider, consumer, name, "ok")
-    why = "consumer copied"
-    if consumer == "jax" and dl.data_ptr % 64:
-        why = "JAX copies CPU data that is not 64-byte aligned"
-    return Cell(provider, consumer, name, "copy", why)
+    if _address(result) != dl.data_ptr:
+        why = "consumer copied"
+        if consumer == "jax" and dl.data_ptr % 64:
+            why = "JAX copies CPU data that is not 64-byte aligned"
+        return Cell(provider, consumer, name, "copy", why)
+    if dl.readonly:
+        writable, how = _writable(result)
+        if writable:
+            return Cell(provider, consumer, name, "readonly_ignored",
+                        f"read-only source shared with a writable {consumer} result ({how}): "
+                        "writing to it changes memory the provider declared immutable")
+    return Cell(provider, consumer, name, "ok")
 
 
 def _available(table: dict, wanted: Iterable[str] | None, device: str):
+    """The entries of ``table`` usable here, and {name: why not} for the ones that are not."""
     usable, missing = [], {}
     for name, (module, _, kind) in table.items():
         if wanted and name not in wanted:
             continue
         if kind != device:
+            if wanted:
+                missing[name] = f"exchanges {kind.upper()} data; run with --device {kind}"
             continue
         try:
             importlib.import_module(module)
@@ -324,14 +378,137 @@ def _available(table: dict, wanted: Iterable[str] | None, device: str):
             missing[name] = f"not installed ({e})"
             continue
         except Exception as e:
-            missing[name] = f"failed to import: {_shorten(e)}"
+            missing[name] = f"failed to import: {_reason(e)}"
             continue
         usable.append(name)
     return usable, missing
 
 
-def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=None) -> dict:
-    """Run the matrix; returns a JSON-ready dict of cells and unavailable libraries."""
+# -- the environment header ----------------------------------------------------------------------
+
+LIBRARIES = {       # header label -> (module, distribution names to try)
+    "numpy": ("numpy", ["numpy"]),
+    "torch": ("torch", ["torch"]),
+    "jax": ("jax", ["jax"]),
+    "jaxlib": ("jaxlib", ["jaxlib"]),
+    "tensorflow": ("tensorflow", ["tensorflow", "tensorflow-cpu"]),
+    "pyarrow": ("pyarrow", ["pyarrow"]),
+    "pillow": ("PIL", ["pillow"]),
+    "ml_dtypes": ("ml_dtypes", ["ml_dtypes"]),
+    "array_api_strict": ("array_api_strict", ["array-api-strict"]),
+    "tvm_ffi": ("tvm_ffi", ["apache-tvm-ffi"]),
+    "cupy": ("cupy", ["cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x"]),
+    "numba": ("numba", ["numba"]),
+    "numba-cuda": ("numba_cuda", ["numba-cuda"]),
+}
+
+
+def _library_versions() -> dict[str, str]:
+    """Installed version of every library the matrix knows (the package metadata, no import)."""
+    found = {}
+    for label, (_, dists) in LIBRARIES.items():
+        for dist in dists:
+            try:
+                found[label] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return found
+
+
+class NoCuda(Exception):
+    """No usable CUDA driver or GPU here; the message says which."""
+
+
+def cuda_info() -> dict:
+    """Driver version and the GPUs' names, asked of the CUDA driver (libcuda) directly."""
+    from dlpack._cuda import CudaError, Driver
+
+    try:
+        lib = Driver().lib
+    except CudaError as e:
+        raise NoCuda(str(e)) from None
+    version, count = ctypes.c_int(), ctypes.c_int()
+    lib.cuDriverGetVersion(ctypes.byref(version))
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        raise NoCuda("the CUDA driver is installed but sees no GPU")
+    names = []
+    for i in range(count.value):
+        device, name = ctypes.c_int(), ctypes.create_string_buffer(256)
+        lib.cuDeviceGet(ctypes.byref(device), i)
+        lib.cuDeviceGetName(name, len(name), device)
+        names.append(name.value.decode(errors="replace"))
+    v = version.value
+    return {"driver": f"{v // 1000}.{v % 1000 // 10}", "gpus": names}
+
+
+def header(device: str, cuda: dict | None = None) -> dict:
+    """What a bug report needs: pydlpack, Python, platform, library versions, (CUDA) driver."""
+    return {
+        "pydlpack": dlpack.__version__,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "device": device,
+        "libraries": _library_versions(),
+        "cuda": cuda,
+    }
+
+
+# -- running and grading -------------------------------------------------------------------------
+
+STATUSES = ["ok", "copy", "readonly_ignored", "fail", "unverified", "wrong"]
+SYMBOLS = {"ok": "✓", "copy": "✓c", "readonly_ignored": "⚠", "fail": "✗", "unverified": "?",
+           "wrong": "!!"}
+LEGEND = {
+    "ok": "zero-copy, values read back right",
+    "copy": "values right, the consumer copied",
+    "readonly_ignored": "read-only source shared zero-copy with a result that reports itself "
+                        "writable — measured per consumer: NumPy ndarray.flags.writeable, "
+                        "memoryview.readonly, array-api-strict's ndarray flags, tvm-ffi's own "
+                        "export flags; torch has no read-only tensors; JAX and TensorFlow arrays "
+                        "are immutable",
+    "fail": "the exchange raised (reason below)",
+    "unverified": "exchanged, but the values could not be read back (why below)",
+    "wrong": "values read back and different: a bug",
+}
+PAIR_SYMBOLS = {"wrong": "!!", "readonly_ignored": "⚠", "unverified": "?", "none": "✗",
+                "some": "◐", "copy": "✓c", "ok": "✓"}
+PAIR_LEGEND = {
+    "ok": "every dtype zero-copy", "copy": "every dtype works, some copied",
+    "some": "some dtypes fail", "none": "every dtype fails",
+    "unverified": "some values could not be read back", "readonly_ignored":
+    "read-only memory handed out writable", "wrong": "wrong values",
+}
+
+
+def _pair_verdict(counts: dict[str, int]) -> str:
+    """The worst thing that happened between two libraries, for the summary."""
+    for status in ("wrong", "readonly_ignored", "unverified"):
+        if counts[status]:
+            return status
+    if counts["fail"]:
+        return "some" if counts["ok"] + counts["copy"] else "none"
+    return "copy" if counts["copy"] else "ok"
+
+
+def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> list[dict]:
+    out = []
+    for p in providers:
+        for c in consumers:
+            mine = [x for x in cells if x.provider == p and x.consumer == c]
+            if not mine:
+                continue
+            counts = {s: sum(x.status == s for x in mine) for s in STATUSES}
+            out.append({"provider": p, "consumer": c, "verdict": _pair_verdict(counts),
+                        "dtypes": len(mine), "counts": counts})
+    return out
+
+
+def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=None,
+          cuda: dict | None = None) -> dict:
+    """Run the matrix; returns the JSON-ready result (schema in docs/matrix.md)."""
     p_names, p_missing = _available(PROVIDERS, providers, device)
     c_names, c_missing = _available(CONSUMERS, consumers, device)
     names = [d for d in DTYPES if not dtypes or d in dtypes]
@@ -345,85 +522,181 @@ def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=No
             cells.append(cell)
     if progress:
         progress(len(todo), len(todo), "", "", "")
+    wrong = any(c.status == "wrong" for c in cells)
     return {
-        "version": dlpack.__version__,
-        "device": device,
+        "schema": SCHEMA,
+        "header": header(device, cuda),
         "providers": p_names,
         "consumers": c_names,
         "dtypes": names,
-        "unavailable": {f"provider {k}": v for k, v in p_missing.items()}
-        | {f"consumer {k}": v for k, v in c_missing.items()},
+        "unavailable": [{"role": "provider", "name": k, "reason": v} for k, v in p_missing.items()]
+        + [{"role": "consumer", "name": k, "reason": v} for k, v in c_missing.items()],
+        "pairs": _pairs(cells, p_names, c_names),
         "cells": [asdict(c) for c in cells],
+        "exit_status": 1 if wrong else 0,
     }
 
 
-SYMBOLS = {"ok": "✓", "copy": "✓c", "fail": "✗", "wrong": "!!"}
+# -- rendering -----------------------------------------------------------------------------------
+
+SHORT = {"numpy.asarray": "np.asarray", "tensorflow": "tf", "array_api_strict": "xp_strict",
+         "memoryview": "memview", "torch.cuda": "torch.cuda"}
 
 
-def _grid(result: dict):
+def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
+    """Wrap to WIDTH columns without ever dropping a word (long tokens are not broken)."""
+    return textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def _header_lines(h: dict) -> list[str]:
+    lines = [f"pydlpack {h['pydlpack']} · {h['implementation']} {h['python']} · "
+             f"{h['platform']} · device {h['device']}"]
+    if h["cuda"]:
+        lines.append(f"CUDA driver {h['cuda']['driver']} · GPU {', '.join(h['cuda']['gpus'])}")
+    libs = ", ".join(f"{k} {v}" for k, v in h["libraries"].items()) or "none"
+    return lines + _wrap("libraries: " + libs, "  ")
+
+
+def _notes(result: dict) -> list[tuple[str, str, list[str]]]:
+    """(status, reason, [where]) for every cell that is not plain ``ok``, grouped by reason."""
+    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for c in result["cells"]:
+        if c["status"] == "ok":
+            continue
+        pair = f"{c['provider']} → {c['consumer']}"
+        groups.setdefault((c["status"], c["reason"]), {}).setdefault(pair, []).append(c["dtype"])
+    order = {s: i for i, s in enumerate(reversed(STATUSES))}
+    return [(status, reason, [f"{pair} ({', '.join(ds)})" for pair, ds in where.items()])
+            for (status, reason), where in sorted(groups.items(), key=lambda g: order[g[0][0]])]
+
+
+def _unavailable_lines(result: dict) -> list[str]:
+    out = []
+    for u in result["unavailable"]:
+        out += _wrap(f"not run: {u['role']} {u['name']}: {u['reason']}", "    ")
+    return out
+
+
+def _totals(result: dict) -> str:
+    counts = {s: sum(c["status"] == s for c in result["cells"]) for s in STATUSES}
+    return ", ".join(f"{counts[s]} {SYMBOLS[s]} {s}" for s in STATUSES)
+
+
+def _summary_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Provider rows × consumer columns of 'verdict worked/tried'."""
+    pairs = {(x["provider"], x["consumer"]): x for x in result["pairs"]}
+    rows = []
+    for p in result["providers"]:
+        row = []
+        for c in result["consumers"]:
+            x = pairs.get((p, c))
+            if x is None:
+                row.append("")
+                continue
+            n = x["counts"]
+            worked = n["ok"] + n["copy"] + n["readonly_ignored"]
+            row.append(f"{PAIR_SYMBOLS[x['verdict']]} {worked}/{x['dtypes']}")
+        rows.append(row)
+    return [SHORT.get(c, c) for c in result["consumers"]], rows
+
+
+def _grid_rows(result: dict) -> tuple[list[tuple[str, list[str]]], dict[str, int]]:
     """Rows 'provider → consumer', one column per dtype, plus numbered reasons."""
     cells = {(c["provider"], c["consumer"], c["dtype"]): c for c in result["cells"]}
     reasons: dict[str, int] = {}
     rows = []
-    for p in result.get("providers", []):
-        for c in result.get("consumers", []):
+    for p in result["providers"]:
+        for c in result["consumers"]:
             row = []
-            for d in result.get("dtypes", []):
+            for d in result["dtypes"]:
                 cell = cells.get((p, c, d))
                 if cell is None:
                     row.append("")
                     continue
                 mark = SYMBOLS[cell["status"]]
                 if cell["reason"]:
-                    n = reasons.setdefault(cell["reason"], len(reasons) + 1)
-                    mark += str(n)
+                    mark += str(reasons.setdefault(cell["reason"], len(reasons) + 1))
                 row.append(mark)
             if any(row):
                 rows.append((f"{p} → {c}", row))
     return rows, reasons
 
 
-def _counts(result: dict) -> str:
-    counts = {s: 0 for s in SYMBOLS}
-    for c in result["cells"]:
-        counts[c["status"]] += 1
-    return (f"{counts['ok']} zero-copy ✓, {counts['copy']} copied ✓c, "
-            f"{counts['fail']} failed ✗, {counts['wrong']} wrong values !!")
-
-
-def render_text(result: dict) -> str:
-    rows, reasons = _grid(result)
-    dtypes = result.get("dtypes", [])
-    width = max([len(r[0]) for r in rows] + [8])
-    cols = [max(len(d), 4) for d in dtypes]
-    out = [f"pydlpack {result['version']} interoperability matrix ({result.get('device', 'cpu')})",
-           "✓ zero-copy, right values   ✓c right values, copied   ✗ failed   !! wrong values",
-           "",
-           " " * width + " " + " ".join(d.rjust(w) for d, w in zip(dtypes, cols, strict=True))]
-    for label, row in rows:
-        out.append(label.ljust(width) + " " + " ".join(m.rjust(w) for m, w in
-                                                         zip(row, cols, strict=True)))
-    out += ["", _counts(result), ""]
-    out += [f"{n:>3}. {reason}" for reason, n in reasons.items()]
-    for name, why in result["unavailable"].items():
-        out.append(f"unavailable: {name}: {why}")
+def render_text(result: dict, grid: bool = False) -> str:
+    """The terminal view: header, summary (or the per-dtype grid), reasons, what did not run."""
+    out = [*_header_lines(result["header"]), ""]
+    if grid:
+        rows, reasons = _grid_rows(result)
+        dtypes = result["dtypes"]
+        width = max([len(r[0]) for r in rows] + [8])
+        cols = [max(len(d), 4) for d in dtypes]
+        out += _wrap("   ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES))
+        out += ["", " " * width + " " + " ".join(d.rjust(w) for d, w in
+                                                 zip(dtypes, cols, strict=True))]
+        out += [label.ljust(width) + " " + " ".join(m.rjust(w) for m, w in
+                                                    zip(row, cols, strict=True))
+                for label, row in rows]
+        out += ["", *_wrap(_totals(result)), ""]
+        for reason, n in reasons.items():
+            out += _wrap(reason, "      ", f"{n:>4}. ")
+    else:
+        heads, rows = _summary_rows(result)
+        label = max([len(p) for p in result["providers"]] + [len("provider")]) + 1
+        cols = [max(len(h), 7) for h in heads]
+        out += _wrap(" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
+                     + "; n/m = dtypes that worked / dtypes the provider makes; "
+                     "--grid shows each dtype")
+        out += ["", "provider".ljust(label) + " " + " ".join(h.rjust(w) for h, w in
+                                                             zip(heads, cols, strict=True))]
+        out += [p.ljust(label) + " " + " ".join(m.rjust(w) for m, w in zip(row, cols, strict=True))
+                for p, row in zip(result["providers"], rows, strict=True)]
+        short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
+        if short:
+            out += _wrap("(" + ", ".join(short) + ")")
+        out += ["", *_wrap(_totals(result)), ""]
+        for status, reason, where in _notes(result):
+            out += _wrap(f"{SYMBOLS[status]} {reason}", "    ")
+            out += _wrap("in: " + "; ".join(where), "      ", "    ")
+    if result["unavailable"]:
+        out += ["", *_unavailable_lines(result)]
     return "\n".join(out)
 
 
-def render_markdown(result: dict) -> str:
-    rows, reasons = _grid(result)
-    dtypes = result.get("dtypes", [])
-    out = [f"### pydlpack {result['version']} interoperability matrix "
-           f"({result.get('device', 'cpu')})", "",
-           "✓ zero-copy with right values · ✓c right values but copied · ✗ failed "
-           "(numbered reason below)", "",
-           "| provider → consumer | " + " | ".join(dtypes) + " |",
-           "|---|" + "---|" * len(dtypes)]
-    out += ["| " + label + " | " + " | ".join(row) + " |" for label, row in rows]
-    out += ["", _counts(result), ""]
-    out += [f"{n}. {reason.replace('|', '/')}" for reason, n in reasons.items()]
+def render_markdown(result: dict, grid: bool = False) -> str:
+    """The same as render_text as Markdown: tables, and the reasons as a numbered list."""
+    h = result["header"]
+    out = [f"### pydlpack {h['pydlpack']} interoperability matrix ({h['device']})", "",
+           f"{h['implementation']} {h['python']} · {h['platform']}"
+           + (f" · CUDA driver {h['cuda']['driver']} · {', '.join(h['cuda']['gpus'])}"
+              if h["cuda"] else ""), "",
+           "Libraries: " + (", ".join(f"{k} {v}" for k, v in h["libraries"].items()) or "none"),
+           ""]
+    if grid:
+        rows, reasons = _grid_rows(result)
+        dtypes = result["dtypes"]
+        out += [" · ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES), "",
+                "| provider → consumer | " + " | ".join(dtypes) + " |",
+                "|---|" + "---|" * len(dtypes)]
+        out += ["| " + label + " | " + " | ".join(row) + " |" for label, row in rows]
+        out += ["", _totals(result), ""]
+        out += [f"{n}. {reason.replace('|', '/')}" for reason, n in reasons.items()]
+    else:
+        heads, rows = _summary_rows(result)
+        out += [" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
+                + "; n/m = dtypes that worked / dtypes the provider makes", "",
+                "| provider ↓ consumer → | " + " | ".join(heads) + " |",
+                "|---|" + "---|" * len(heads)]
+        out += ["| " + p + " | " + " | ".join(row) + " |"
+                for p, row in zip(result["providers"], rows, strict=True)]
+        short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
+        out += ["", "(" + ", ".join(short) + ")" if short else "", _totals(result), ""]
+        for n, (status, reason, where) in enumerate(_notes(result), 1):
+            out.append(f"{n}. {SYMBOLS[status]} {reason.replace('|', '/')} — in: "
+                       + "; ".join(where))
     if result["unavailable"]:
-        out += [""] + [f"- unavailable: {k}: {v}" for k, v in result["unavailable"].items()]
+        out += [""] + [f"- not run: {u['role']} {u['name']}: {u['reason']}"
+                       for u in result["unavailable"]]
     return "\n".join(out) + "\n"
 
 
@@ -434,14 +707,19 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m dlpack``: exit status 1 when a cell has wrong values or the run failed."""
     parser = argparse.ArgumentParser(
         prog="python -m dlpack",
         description="Which installed library can hand which dtype to which other library, "
-                    "zero-copy, through pydlpack's asdlpack().")
+                    "zero-copy, through pydlpack's asdlpack(). `python -m dlpack check "
+                    "MODULE:FACTORY` grades a producer's DLPack implementation instead.")
     parser.add_argument("--version", action="version", version=f"pydlpack {dlpack.__version__}")
     form = parser.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help="machine-readable output")
-    form.add_argument("--markdown", action="store_true", help="a Markdown table, for docs")
+    form.add_argument("--json", action="store_true",
+                      help="machine-readable output (schema in docs/matrix.md)")
+    form.add_argument("--markdown", action="store_true", help="Markdown tables, for docs")
+    parser.add_argument("--grid", action="store_true",
+                        help="one column per dtype instead of the provider × consumer summary")
     parser.add_argument("--dtype", action="append", help="only these dtypes (comma-separated)")
     parser.add_argument("--provider", action="append", help="only these providers")
     parser.add_argument("--consumer", action="append", help="only these consumers")
@@ -453,6 +731,13 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
+    cuda = None
+    if args.device == "cuda":
+        try:
+            cuda = cuda_info()
+        except NoCuda as e:
+            print(f"python -m dlpack --device cuda: no CUDA device here ({e}); nothing to run")
+            return 0
     progress = None
     if sys.stderr.isatty() and not args.json:
         start = time.monotonic()
@@ -463,12 +748,16 @@ def main(argv: list[str] | None = None) -> int:
                              f"{d}{end}")
             sys.stderr.flush()
 
-    result = build(_split(args.provider), _split(args.consumer), _split(args.dtype),
-                   args.device, progress)
+    try:
+        result = build(_split(args.provider), _split(args.consumer), _split(args.dtype),
+                       args.device, progress, cuda)
+    except Exception as e:
+        print(f"python -m dlpack: the matrix run itself failed: {_reason(e)}", file=sys.stderr)
+        return 1
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1, ensure_ascii=False))
     elif args.markdown:
-        print(render_markdown(result))
+        print(render_markdown(result, args.grid))
     else:
-        print(render_text(result))
-    return 0
+        print(render_text(result, args.grid))
+    return result["exit_status"]
