@@ -34,19 +34,68 @@ def test_known_facts(result):
     lib("ml_dtypes")
     c = cells(result)
     assert c["numpy", "torch", "float32"]["status"] == "ok"
-    legacy = c["bytes", "tensorflow", "uint8"]
-    assert legacy["status"] == "fail" and "read-only" in legacy["reason"]
+    legacy = c["bytes", "tensorflow", "uint8"]        # refused, or a private copy: never shared
+    assert legacy["status"] in ("fail", "copy"), legacy
+    ignored = c["bytes", "torch", "uint8"]            # torch has no read-only tensors
+    assert ignored["status"] == "readonly_ignored" and "torch" in ignored["reason"]
+    assert c["bytes", "numpy", "uint8"]["status"] == "ok"       # NumPy keeps it read-only
     assert c["numpy", "torch", "bfloat16"]["status"] == "ok"
     assert c["torch", "memoryview", "bfloat16"]["status"] == "fail"
     assert ("bytes", "torch", "float32") not in c          # bytes cannot make float32
     assert not [x for x in result["cells"] if x["status"] == "wrong"]
 
 
-def test_renderers(result):
+def test_header_and_pairs(result):
+    h = result["header"]
+    assert h["pydlpack"] and h["python"] and h["platform"] and h["device"] == "cpu"
+    assert "numpy" in h["libraries"] and "torch" in h["libraries"] and h["cuda"] is None
+    pair = {(p["provider"], p["consumer"]): p for p in result["pairs"]}
+    assert pair["bytes", "torch"]["verdict"] == "readonly_ignored"
+    assert pair["numpy", "memoryview"]["verdict"] == "some"
+    assert result["schema"] == "pydlpack-matrix/1" and result["exit_status"] == 0
+
+
+def test_renderers_fit_and_never_cut(result):
     text = matrix.render_text(result)
-    assert "numpy → torch" in text and "zero-copy" in text
+    assert "numpy" in text and "zero-copy" in text and "torch has no read-only tensors" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    reasons = {c["reason"] for c in result["cells"] if c["reason"]}
+    flat = " ".join(text.split())
+    assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
+    grid = matrix.render_text(result, grid=True)
+    assert "numpy → torch" in grid and "bfloat16" in grid
     md = matrix.render_markdown(result)
-    assert md.count("| numpy → torch |") == 1 and "|---|" in md
+    assert "| numpy |" in md and "|---|" in md
+    assert matrix.render_markdown(result, grid=True).count("| numpy → torch |") == 1
+
+
+def test_wrong_values_exit_status(monkeypatch):
+    lib("numpy")
+    monkeypatch.setattr(matrix, "_values", lambda result, name: [9] * 6)
+    assert matrix.build(providers=["bytearray"], consumers=["numpy"])["exit_status"] == 1
+
+
+def test_unreadable_result_is_unverified_not_wrong(monkeypatch):
+    lib("numpy")
+
+    def unreadable(result, name):
+        raise ValueError("opaque |V2 array")
+
+    monkeypatch.setattr(matrix, "_values", unreadable)
+    run = matrix.build(providers=["bytearray"], consumers=["numpy"])
+    assert [c["status"] for c in run["cells"]] == ["unverified"]
+    assert "opaque" in run["cells"][0]["reason"] and run["exit_status"] == 0
+
+
+def test_cuda_without_gpu_is_one_line():
+    try:
+        matrix.cuda_info()
+    except matrix.NoCuda:
+        run = run_cli("--device", "cuda")
+        assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
+        assert "no CUDA device" in run.stdout
+    else:
+        pytest.skip("a GPU is here")
 
 
 def test_cli_json_with_filters():
@@ -74,5 +123,13 @@ def test_library_failing_to_import_is_listed(tmp_path):
                   "--dtype", "uint8", env=env)
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
-    assert "broken install" in data["unavailable"]["provider pyarrow"]
+    assert data["unavailable"][0]["name"] == "pyarrow"
+    assert "broken install" in data["unavailable"][0]["reason"]
     assert data["providers"] == ["bytes"]
+
+
+def test_consumer_of_another_device_named_once():
+    lib("numpy")
+    run = run_cli("--provider", "bytes", "--consumer", "numpy,cupy")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("consumer cupy") == 1 and "--device cuda" in run.stdout

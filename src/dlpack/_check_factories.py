@@ -1,0 +1,94 @@
+"""Producers for ``python -m dlpack check`` (``dlpack._check_factories:NAME``), one per library.
+
+Each returns a small array of 0..5 the way a user of that library makes one. TensorFlow has no
+``__dlpack__``: ``tensorflow`` wraps its ``to_dlpack`` as the old-style producer it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VALUES = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def numpy() -> Any:
+    """A writable float32 ndarray."""
+    import numpy as np
+
+    return np.array(VALUES, dtype=np.float32).reshape(2, 3)
+
+
+def numpy_readonly() -> Any:
+    """A read-only ndarray: its exports must carry READ_ONLY."""
+    a = numpy()
+    a.flags.writeable = False
+    return a
+
+
+def torch() -> Any:
+    """A float32 CPU tensor."""
+    import torch as t
+
+    return t.tensor(VALUES).reshape(2, 3)
+
+
+def torch_requires_grad() -> Any:
+    """A tensor torch refuses to export: its exchange API must refuse it too."""
+    return torch().requires_grad_()
+
+
+def jax() -> Any:
+    """A float32 JAX array (immutable)."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(VALUES, dtype=jnp.float32).reshape(2, 3)
+
+
+class TensorFlowProducer:
+    """``tf.experimental.dlpack.to_dlpack`` behind ``__dlpack__``, as TensorFlow offers it."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+    def __dlpack__(self, *, stream: None = None) -> Any:
+        import tensorflow as tf
+
+        return tf.experimental.dlpack.to_dlpack(self.tensor)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def tensorflow() -> TensorFlowProducer:
+    """A float32 TensorFlow tensor (immutable), through its to_dlpack."""
+    import tensorflow as tf
+
+    return TensorFlowProducer(tf.reshape(tf.constant(VALUES, dtype=tf.float32), (2, 3)))
+
+
+def pyarrow() -> Any:
+    """A float32 Arrow array (immutable buffers)."""
+    import pyarrow as pa
+
+    return pa.array(VALUES, type=pa.float32())
+
+
+def tvm_ffi() -> Any:
+    """A tvm-ffi Tensor over a NumPy array."""
+    import tvm_ffi as tf
+
+    return tf.from_dlpack(numpy())
+
+
+def pydlpack() -> Any:
+    """pydlpack over a NumPy array."""
+    from dlpack import asdlpack
+
+    return asdlpack(numpy())
+
+
+def pydlpack_bytes() -> Any:
+    """pydlpack over immutable ``bytes``."""
+    from dlpack import asdlpack
+
+    return asdlpack(b"Hello!")
