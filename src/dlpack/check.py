@@ -256,6 +256,15 @@ class Checker:
         self._legacy_struct(capsule)
         return "; ".join([*seen, "no max_version → 'dltensor' (a valid DLManagedTensor)"])
 
+    def _asking(self, version: tuple[int, int]):
+        """``__dlpack__(max_version=version)``; any exception but BufferError is a failure."""
+        try:
+            return self.export(max_version=version)
+        except BufferError:
+            raise
+        except Exception as e:
+            raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
+
     def rule_max_version(self) -> str:
         if self.bare:
             raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
@@ -270,7 +279,7 @@ class Checker:
         self._exportable()
         seen = []
         for asked in ((1, 0), (1, 99), (2, 0)):
-            name, _, _, version = self.read(self.export(max_version=asked))
+            name, _, _, version = self.read(self._asking(asked))
             if name == LEGACY:
                 seen.append(f"{asked} → 'dltensor'")
                 continue
@@ -278,7 +287,9 @@ class Checker:
                 raise _Fail(f"max_version={asked} gave version {version}")
             seen.append(f"{asked} → v{version[0]}.{version[1]}")
         try:
-            name, *_ = self.read(self.export(max_version=(0, 8)))
+            name, *_ = self.read(self._asking((0, 8)))
+        except _Fail:
+            raise
         except BufferError as e:
             return "; ".join(seen) + f"; (0, 8) → BufferError ({e}): allowed for data a legacy " \
                 "capsule cannot describe"

@@ -690,7 +690,7 @@ def render_markdown(result: dict, grid: bool = False) -> str:
         out += ["| " + p + " | " + " | ".join(row) + " |"
                 for p, row in zip(result["providers"], rows, strict=True)]
         short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
-        out += ["", "(" + ", ".join(short) + ")" if short else "", _totals(result), ""]
+        out += ["", "(" + ", ".join(short) + ")" if short else "", "", _totals(result), ""]
         for n, (status, reason, where) in enumerate(_notes(result), 1):
             out.append(f"{n}. {SYMBOLS[status]} {reason.replace('|', '/')} — in: "
                        + "; ".join(where))
