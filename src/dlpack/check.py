@@ -24,6 +24,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import dlpack.ctypes as dlc
 from dlpack._types import (
@@ -126,7 +127,7 @@ class DeleterProbe:
 
     def call_as_consumer(self) -> None:
         """What a consumer does when it is done with the tensor: call the deleter field once."""
-        _Trampoline(ctypes.cast(self._trampoline, ctypes.c_void_p).value)(self.address)
+        self._trampoline(self.address)
 
 
 class Checker:
@@ -134,7 +135,7 @@ class Checker:
 
     def __init__(self, factory: Callable[[], object]) -> None:
         self.factory = factory
-        self.obj = factory()
+        self.obj: Any = factory()
         self.bare = type(self.obj).__name__ == "PyCapsule"
         self.results: list[Result] = []
         self.refusal: BaseException | None = None
@@ -167,7 +168,7 @@ class Checker:
             self.legacy_refusal = e
             return None
 
-    def read(self, capsule) -> tuple[bytes, dlc.DLTensor, int, tuple[int, int] | None]:
+    def read(self, capsule) -> tuple[bytes, dlc.DLTensor, int, Any]:
         """(name, DLTensor, flags, version) of an unconsumed capsule."""
         self._alive.append(capsule)
         name = capsule_name(capsule)
@@ -249,10 +250,11 @@ class Checker:
             seen.append(f"no max_version → BufferError ({self.legacy_refusal}): allowed for data "
                         "a legacy capsule cannot describe")
             return "; ".join(seen)
-        name = capsule_name(capsule)
-        if name != LEGACY:
-            raise _Fail(f"no max_version gave {name!r}; a consumer that passes no max_version "
-                        "reads only 'dltensor' (array API: it must get a legacy capsule)")
+        legacy_name = capsule_name(capsule)
+        if legacy_name != LEGACY:
+            raise _Fail(f"no max_version gave {legacy_name!r}; a consumer that passes no "
+                        "max_version reads only 'dltensor' (array API: it must get a legacy "
+                        "capsule)")
         self._legacy_struct(capsule)
         return "; ".join([*seen, "no max_version → 'dltensor' (a valid DLManagedTensor)"])
 
@@ -299,7 +301,7 @@ class Checker:
 
     def _memory_readonly(self) -> tuple[bool | None, str]:
         """Independent evidence of whether the memory is read-only, and where it came from."""
-        obj = self.obj
+        obj: Any = self.obj
         interface = getattr(obj, "__array_interface__", None)
         if isinstance(interface, dict) and "data" in interface:
             return bool(interface["data"][1]), "__array_interface__ data[1]"
@@ -316,7 +318,10 @@ class Checker:
         self._exportable()
         name, t, flags, _ = self.read(self.versioned())
         if name == LEGACY:
-            raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor')")
+            readonly, how = (None, "bare capsule") if self.bare else self._memory_readonly()
+            state = {True: "read-only", False: "writable", None: "of unknown writability"}
+            raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'), so "
+                      f"consumers cannot see that the memory is {state[readonly]} ({how})")
         if flags & ~KNOWN_FLAGS:
             raise _Fail(f"flags {flags:#x} has bits no DLPack version defines")
         address = _describe(t)["address"]

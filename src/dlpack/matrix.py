@@ -641,7 +641,7 @@ def render_text(result: dict, grid: bool = False) -> str:
         for reason, n in reasons.items():
             out += _wrap(reason, "      ", f"{n:>4}. ")
     else:
-        heads, rows = _summary_rows(result)
+        heads, table = _summary_rows(result)
         label = max([len(p) for p in result["providers"]] + [len("provider")]) + 1
         cols = [max(len(h), 7) for h in heads]
         out += _wrap(" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
@@ -650,7 +650,7 @@ def render_text(result: dict, grid: bool = False) -> str:
         out += ["", "provider".ljust(label) + " " + " ".join(h.rjust(w) for h, w in
                                                              zip(heads, cols, strict=True))]
         out += [p.ljust(label) + " " + " ".join(m.rjust(w) for m, w in zip(row, cols, strict=True))
-                for p, row in zip(result["providers"], rows, strict=True)]
+                for p, row in zip(result["providers"], table, strict=True)]
         short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
         if short:
             out += _wrap("(" + ", ".join(short) + ")")
@@ -682,13 +682,13 @@ def render_markdown(result: dict, grid: bool = False) -> str:
         out += ["", _totals(result), ""]
         out += [f"{n}. {reason.replace('|', '/')}" for reason, n in reasons.items()]
     else:
-        heads, rows = _summary_rows(result)
+        heads, table = _summary_rows(result)
         out += [" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
                 + "; n/m = dtypes that worked / dtypes the provider makes", "",
                 "| provider ↓ consumer → | " + " | ".join(heads) + " |",
                 "|---|" + "---|" * len(heads)]
         out += ["| " + p + " | " + " | ".join(row) + " |"
-                for p, row in zip(result["providers"], rows, strict=True)]
+                for p, row in zip(result["providers"], table, strict=True)]
         short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
         out += ["", "(" + ", ".join(short) + ")" if short else "", "", _totals(result), ""]
         for n, (status, reason, where) in enumerate(_notes(result), 1):

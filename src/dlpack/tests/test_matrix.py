@@ -133,3 +133,29 @@ def test_consumer_of_another_device_named_once():
     run = run_cli("--provider", "bytes", "--consumer", "numpy,cupy")
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("consumer cupy") == 1 and "--device cuda" in run.stdout
+
+
+def test_cli_exit_status_and_text_header(monkeypatch, capsys):
+    lib("numpy")
+    assert matrix.main(["--provider", "bytearray", "--consumer", "numpy"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("pydlpack ") and "CPython" in text.split("\n")[0]
+    assert "libraries: " in text and "numpy " in text
+    monkeypatch.setattr(matrix, "_values", lambda result, name: [9] * 6)
+    assert matrix.main(["--provider", "bytearray", "--consumer", "numpy", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["cells"][0]["status"] == "wrong"
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(matrix, "build", broken)
+    assert matrix.main(["--provider", "bytearray"]) == 1
+    assert "run itself failed: RuntimeError: boom" in capsys.readouterr().err
+
+
+def test_tensorflow_logs_suppressed():
+    lib("tensorflow")
+    run = run_cli("--provider", "bytearray", "--consumer", "tensorflow")
+    assert run.returncode == 0, run.stderr
+    for log in ("absl::InitializeLog", "cpu_feature_guard", "oneDNN"):   # what TF prints if let
+        assert log not in run.stderr, run.stderr
