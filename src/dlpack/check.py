@@ -319,9 +319,9 @@ class Checker:
         name, t, flags, _ = self.read(self.versioned())
         if name == LEGACY:
             readonly, how = (None, "bare capsule") if self.bare else self._memory_readonly()
-            state = {True: "read-only", False: "writable", None: "of unknown writability"}
-            raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'), so "
-                      f"consumers cannot see that the memory is {state[readonly]} ({how})")
+            state = {True: "read-only", False: "writable", None: "unknown"}[readonly]
+            raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'): "
+                      f"consumers cannot be told; the memory: {state} ({how})")
         if flags & ~KNOWN_FLAGS:
             raise _Fail(f"flags {flags:#x} has bits no DLPack version defines")
         address = _describe(t)["address"]
