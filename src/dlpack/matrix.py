@@ -369,8 +369,8 @@ def _available(table: dict, wanted: Iterable[str] | None, device: str):
         if wanted and name not in wanted:
             continue
         if kind != device:
-            if wanted:
-                missing[name] = f"exchanges {kind.upper()} data; run with --device {kind}"
+            if wanted or kind == "cuda":
+                missing[name] = f"{kind.upper()} data: run with --device {kind}"
             continue
         try:
             importlib.import_module(module)
@@ -571,10 +571,23 @@ def _notes(result: dict) -> list[tuple[str, str, list[str]]]:
             for (status, reason), where in sorted(groups.items(), key=lambda g: order[g[0][0]])]
 
 
+def _unavailable(result: dict) -> list[str]:
+    """One line per reason: which providers and consumers did not run, and why."""
+    groups: dict[str, dict[str, list[str]]] = {}
+    for u in result["unavailable"]:
+        groups.setdefault(u["reason"], {}).setdefault(u["role"] + "s", []).append(u["name"])
+    out = []
+    for reason, who in groups.items():
+        names = "; ".join(role + " " + ", ".join(n) for role, n in who.items())
+        out.append(f"not run: {names} — {reason}")
+    return out
+
+
 def _unavailable_lines(result: dict) -> list[str]:
     out = []
-    for u in result["unavailable"]:
-        out += _wrap(f"not run: {u['role']} {u['name']}: {u['reason']}", "    ")
+    for line in _unavailable(result):
+        out += textwrap.wrap(line, WIDTH, subsequent_indent="    ", break_long_words=False,
+                             break_on_hyphens=False)
     return out
 
 
@@ -695,8 +708,7 @@ def render_markdown(result: dict, grid: bool = False) -> str:
             out.append(f"{n}. {SYMBOLS[status]} {reason.replace('|', '/')} — in: "
                        + "; ".join(where))
     if result["unavailable"]:
-        out += [""] + [f"- not run: {u['role']} {u['name']}: {u['reason']}"
-                       for u in result["unavailable"]]
+        out += ["", *[f"- {line}" for line in _unavailable(result)]]
     return "\n".join(out) + "\n"
 
 

@@ -132,7 +132,7 @@ def test_consumer_of_another_device_named_once():
     lib("numpy")
     run = run_cli("--provider", "bytes", "--consumer", "numpy,cupy")
     assert run.returncode == 0, run.stderr
-    assert run.stdout.count("consumer cupy") == 1 and "--device cuda" in run.stdout
+    assert run.stdout.count("cupy") == 1 and "consumers cupy — CUDA data" in run.stdout
 
 
 def test_cli_exit_status_and_text_header(monkeypatch, capsys):
