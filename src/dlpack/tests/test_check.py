@@ -75,3 +75,25 @@ def test_cli_json_and_exit_status():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "fail  exchange-api" in bad.stdout and "fail  factory" in bad.stdout
+
+
+def test_every_shipped_factory_is_graded():
+    import importlib.util
+
+    from dlpack import _check_factories as f
+
+    needs = {"numpy": "numpy", "numpy_readonly": "numpy", "torch": "torch",
+             "torch_requires_grad": "torch", "jax": "jax", "tensorflow": "tensorflow",
+             "pyarrow": "pyarrow", "tvm_ffi": "tvm_ffi", "pydlpack": "numpy",
+             "pydlpack_bytes": "numpy"}
+    assert set(needs) == {n for n in vars(f) if callable(getattr(f, n)) and n[0].islower()}
+    specs = [f"dlpack._check_factories:{n}" for n, m in needs.items()
+             if importlib.util.find_spec(m) is not None]
+    run = subprocess.run([sys.executable, "-m", "dlpack", "check", "--json", *specs],
+                         capture_output=True, text=True, timeout=300)
+    data = json.loads(run.stdout)
+    assert run.returncode == data["exit_status"]
+    for report in data["reports"]:
+        assert [r["rule"] for r in report["results"]] == RULES, report
+        assert {r["status"] for r in report["results"]} <= {"pass", "fail", "n/a"}
+        assert all(r["evidence"] for r in report["results"])
