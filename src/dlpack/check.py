@@ -74,6 +74,7 @@ class _NA(Exception):
 
 
 def capsule_name(capsule) -> bytes | None:
+    """The capsule's name as bytes (None for an unnamed capsule)."""
     return _api.PyCapsule_GetName(capsule)
 
 
@@ -188,6 +189,7 @@ class Checker:
     # -- the rules ----------------------------------------------------------------------------
 
     def run(self) -> list[Result]:
+        """Every rule in RULES order; a rule that raises unexpectedly fails with what it raised."""
         if not self.bare:
             try:
                 self.obj.__dlpack__(max_version=DLPACK_VERSION)
@@ -211,6 +213,7 @@ class Checker:
         return self.results
 
     def _exportable(self) -> None:
+        """Make a rule n/a when the producer refuses this object altogether."""
         if self.refusal is not None and not self.bare:
             raise _NA(f"the producer refuses this object ({type(self.refusal).__name__}: "
                       f"{self.refusal}); only the exchange-api rule applies")
@@ -228,6 +231,7 @@ class Checker:
         raise _Fail("'dltensor' holds a struct whose device/dtype/ndim are not valid")
 
     def rule_capsule_names(self) -> str:
+        """Capsule names match their structs, for 1.x and legacy consumers alike."""
         self._exportable()
         capsule = self.versioned()
         name, t, _, version = self.read(capsule)
@@ -268,6 +272,7 @@ class Checker:
             raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
 
     def rule_max_version(self) -> str:
+        """max_version is honoured (no higher major), or a TypeError old consumers fall back on."""
         if self.bare:
             raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
         if self.legacy_only:
@@ -315,6 +320,7 @@ class Checker:
         return None, "no other protocol says whether the memory is writable"
 
     def rule_flags(self) -> str:
+        """Only known flag bits; READ_ONLY on read-only memory; IS_COPIED only on copies."""
         self._exportable()
         name, t, flags, _ = self.read(self.versioned())
         if name == LEGACY:
@@ -340,6 +346,7 @@ class Checker:
         return f"flags {flags:#x}: {note} ({how}); IS_COPIED clear on shared exports"
 
     def _deleter_case(self, consumed: bool, versioned: bool) -> str:
+        """Drop one capsule (renamed first if ``consumed``) and count its deleter calls."""
         capsule = self.versioned() if versioned else self.legacy()
         if capsule is None:
             return "no max_version: refused with BufferError (nothing to free)"
@@ -372,17 +379,21 @@ class Checker:
         return f"{name.decode()}: dropped unconsumed → deleter called once"
 
     def _deleter_rule(self, consumed: bool) -> str:
+        """The deleter case for the versioned and (unless refused) the legacy capsule."""
         self._exportable()
         cases = [True] if self.legacy_only or self.bare else [True, False]
         return "; ".join(self._deleter_case(consumed, v) for v in cases)
 
     def rule_deleter_unconsumed(self) -> str:
+        """An unconsumed capsule's destructor runs the deleter exactly once."""
         return self._deleter_rule(False)
 
     def rule_deleter_consumed(self) -> str:
+        """A consumed (renamed) capsule's destructor leaves the deleter to the consumer."""
         return self._deleter_rule(True)
 
     def rule_strides(self) -> str:
+        """Strides are non-NULL in capsules of DLPack 1.2 and later."""
         self._exportable()
         _name, t, _, version = self.read(self.versioned())
         if t.ndim == 0:
@@ -395,6 +406,7 @@ class Checker:
         return f"NULL strides, allowed in {'legacy' if version is None else version} capsules"
 
     def rule_byte_offset_alignment(self) -> str:
+        """The first element is aligned to its scalar size; data is non-NULL when needed."""
         self._exportable()
         _, t, _, _ = self.read(self.versioned())
         scalar = t.dtype.bits // (2 if t.dtype.code == DLDataTypeCode.kDLComplex else 1)
@@ -408,6 +420,7 @@ class Checker:
                 f"{(t.data or 0) % 256}")
 
     def rule_device_copy(self) -> str:
+        """__dlpack_device__, dl_device and copy follow the array API (2023.12)."""
         self._exportable()
         if self.bare or self.legacy_only:
             raise _NA("no dl_device/copy keywords (bare capsule or pre-2023.12 producer)")
@@ -449,6 +462,7 @@ class Checker:
         return "; ".join(seen)
 
     def rule_stream(self) -> str:
+        """CUDA data: streams None, -1 and 1 accepted, 0 refused (n/a on other devices)."""
         self._exportable()
         if self.bare:
             raise _NA("bare capsule: no __dlpack__ to pass a stream to")
@@ -465,6 +479,7 @@ class Checker:
         raise _Fail("stream=0 accepted; the array API disallows it (ambiguous)")
 
     def rule_exchange_api(self) -> str:
+        """The C exchange API describes the same memory with the same refusals as __dlpack__."""
         api_capsule = None if self.bare else getattr(type(self.obj),
                                                      "__dlpack_c_exchange_api__", None)
         if api_capsule is None:
@@ -507,6 +522,8 @@ _P_MTV = ctypes.POINTER(dlc.DLManagedTensorVersioned)
 
 
 class ExchangeAPIHeader(ctypes.Structure):
+    """``DLPackExchangeAPIHeader``: the API's version and the previous API in a chain."""
+
     _fields_ = [("version", dlc.DLPackVersion), ("prev_api", ctypes.c_void_p)]
 
 
@@ -543,6 +560,7 @@ def check(factory: Callable[[], object]) -> list[Result]:
 
 
 def render_text(spec: str, results: list[Result]) -> str:
+    """One producer's report: a line per rule, evidence wrapped at 100 columns, never cut."""
     out = [f"python -m dlpack check {spec}"]
     for r in results:
         out += textwrap.wrap(r.evidence, 100, initial_indent=f"  {r.status:<4}  {r.rule:<22} ",

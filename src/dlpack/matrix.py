@@ -494,6 +494,7 @@ def _pair_verdict(counts: dict[str, int]) -> str:
 
 
 def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> list[dict]:
+    """Per provider × consumer: how many dtypes ended in each status, and the verdict."""
     out = []
     for p in providers:
         for c in consumers:
@@ -550,6 +551,7 @@ def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
 
 
 def _header_lines(h: dict) -> list[str]:
+    """The header as text: versions first, wrapped at WIDTH."""
     lines = [f"pydlpack {h['pydlpack']} · {h['implementation']} {h['python']} · "
              f"{h['platform']} · device {h['device']}"]
     if h["cuda"]:
@@ -584,6 +586,7 @@ def _unavailable(result: dict) -> list[str]:
 
 
 def _unavailable_lines(result: dict) -> list[str]:
+    """The not-run lines wrapped at WIDTH, nothing dropped."""
     out = []
     for line in _unavailable(result):
         out += textwrap.wrap(line, WIDTH, subsequent_indent="    ", break_long_words=False,
@@ -592,6 +595,7 @@ def _unavailable_lines(result: dict) -> list[str]:
 
 
 def _totals(result: dict) -> str:
+    """How many cells ended in each status."""
     counts = {s: sum(c["status"] == s for c in result["cells"]) for s in STATUSES}
     return ", ".join(f"{counts[s]} {SYMBOLS[s]} {s}" for s in STATUSES)
 
