@@ -272,7 +272,7 @@ class Checker:
             raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
 
     def rule_max_version(self) -> str:
-        """max_version is honoured (no higher major), or a TypeError old consumers fall back on."""
+        """max_version honoured (no higher major), or the TypeError of a pre-2023.12 producer."""
         if self.bare:
             raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
         if self.legacy_only:
