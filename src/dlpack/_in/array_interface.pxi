@@ -88,7 +88,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     cdef Strides given = STRIDES_C
     if type(ai) is not dict:
         if not isinstance(ai, _Mapping):
-            raise BufferError(f"{protocol} is a {type(ai).__name__} object, not a dict")
+            raise BufferError(f"{protocol} = {type(ai).__name__} object is not a dict")
         ai = dict(ai)
     version = ai.get("version", (_CAI_VERSIONS if cuda else _AI_VERSIONS)[-1])
     if version not in (_CAI_VERSIONS if cuda else _AI_VERSIONS):

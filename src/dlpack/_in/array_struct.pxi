@@ -31,7 +31,7 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
     cdef int i
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__array_struct__ is a {type(capsule).__name__}, not a PyCapsule")
+        raise BufferError(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
     s = <PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
     if s.two != 2:
         raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "

@@ -8,7 +8,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
     cdef const char *name
     cdef void *m
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__}, not a PyCapsule")
+        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__} object, not a PyCapsule")
     name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         m = PyCapsule_GetPointer(capsule, b"dltensor_versioned")

@@ -68,7 +68,7 @@ cdef int _api_check(void *obj) except -1:
     if obj == NULL:
         raise TypeError("__dlpack_c_exchange_api__: got NULL, not a DLPackObject")
     if type(<object>obj) is not DLPackObject:
-        raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__}, "
+        raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__} object, "
                         "not a DLPackObject")
     return 0
 
