@@ -78,16 +78,17 @@ cdef DLPackObject _from_torch(object t):
     if t.is_neg():
         raise BufferError("__dlpack__: the torch tensor has its negative bit set, and torch "
                           "exports it without negating the values; call t.resolve_neg() first")
-    if (_torch_api != NULL and type(t) is _torch_tensor and not t.requires_grad
-            and not t.is_conj()):
+    if _torch_api != NULL and type(t) is _torch_tensor and not t.requires_grad:
         try:
             _torch_api.managed_tensor_from_py_object_no_sync(<void *>t, &m)
         except Exception:
             m = NULL                        # __dlpack__ below gives torch's own message
         if m != NULL:
-            if m.dl_tensor.device.device_type == kDLCPU:
+            # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
+            if m.dl_tensor.device.device_type == kDLCPU and not (
+                    m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
                 return _adopt(m, True, t, "__dlpack_c_exchange_api__")
-            _delete_managed(m, True)        # device data: take the synchronising path below
+            _delete_managed(m, True)        # device data or conj: torch's own path below
     return None
 
 
