@@ -161,17 +161,12 @@ cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=N
             "hold (the byte size overflows 64 bits)")
 
 
-cdef bint _make_allowed = False        # set only by _new_object, the one maker of objects
+cdef object _MAKER = object()          # only _new_object holds it: users cannot make objects
 
 
 cdef inline DLPackObject _new_object():
     """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty)."""
-    global _make_allowed
-    _make_allowed = True
-    try:
-        return DLPackObject.__new__(DLPackObject)
-    finally:
-        _make_allowed = False
+    return DLPackObject.__new__(DLPackObject, _MAKER)
 
 
 @cython.final
@@ -204,12 +199,10 @@ cdef class DLPackObject:
     cdef object _shape_t
     cdef object __weakref__
 
-    def __cinit__(self):
-        global _make_allowed
+    def __cinit__(self, maker=None):
         self.dl.shape = self._inline
-        if not _make_allowed:
+        if maker is not _MAKER:
             raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
-        _make_allowed = False
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")

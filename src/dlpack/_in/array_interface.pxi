@@ -69,8 +69,8 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
         PyObject_GetBuffer(source, &self._view, PyBUF_SIMPLE)
     except (BufferError, TypeError, ValueError) as e:
         raise BufferError(f"{protocol}: field 'data' = {type(source).__name__} object gives no "
-                          f"contiguous buffer ({e}); pass a C-contiguous buffer or an "
-                          "(address, readonly) tuple") from None
+                          "C-contiguous buffer; pass a contiguous one or an (address, readonly) "
+                          "tuple") from e
     self._has_view = True
     if offset < 0 or offset > self._view.len:
         raise BufferError(f"{protocol}: field 'offset' = {offset} lies outside the "
