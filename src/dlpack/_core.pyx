@@ -598,7 +598,8 @@ def todict(obj):
 
 def _export_address(DLPackObject obj, bint versioned):
     """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer)."""
-    return <uintptr_t>_export(obj, versioned, _export_copy(obj, versioned, None, False))
+    return <uintptr_t>_export(obj, versioned, EXPORT_HOST_COPY if _export_copy(
+        obj, versioned, None, False) else EXPORT_VIEW)
 
 
 def _abi_layout():

@@ -80,18 +80,30 @@ cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
     data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
 
 
-cdef void *_export(DLPackObject self, bint versioned, bint copy) except NULL:
-    """One malloc holds the managed struct, shape, strides and (for copies) the data."""
+cdef enum Export:
+    EXPORT_VIEW             # the tensor views self's memory and holds self
+    EXPORT_HOST_COPY        # the data is a copy inside the block (filled from host memory here;
+                            # from device memory by the caller, _fill_from_device)
+    EXPORT_DEVICE_COPY      # the data is owner's device memory (a _cuda.DeviceCopy it holds)
+
+
+cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
+    if versioned:
+        return &(<DLManagedTensorVersioned *>block).dl_tensor
+    return &(<DLManagedTensor *>block).dl_tensor
+
+
+cdef void *_export(DLPackObject self, bint versioned, Export kind,
+                   object owner=None) except NULL:
+    """One malloc holds the managed struct, shape, strides and (host copies) the data."""
     cdef int ndim = self.dl.ndim
     cdef size_t dims_at, data_at
     _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
                   ndim, &dims_at, &data_at)
-    cdef size_t nbytes = <size_t>self._nbytes if copy else 0
+    cdef size_t nbytes = <size_t>self._nbytes if kind == EXPORT_HOST_COPY else 0
     cdef char *block
     cdef DLTensor *t
     cdef DLManagedTensorVersioned *mv
-    cdef DLManagedTensor *ml
-    cdef void *ctx
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
     block = <char *>malloc(data_at + nbytes)
@@ -103,36 +115,41 @@ cdef void *_export(DLPackObject self, bint versioned, bint copy) except NULL:
         mv.version.minor = DLPACK_MINOR
         mv.deleter = _versioned_deleter
         mv.flags = (self._flags & FLAG_SUBBYTE_PADDED) | (
-            FLAG_IS_COPIED if copy else self._flags & FLAG_READ_ONLY)
-        t = &mv.dl_tensor
+            self._flags & FLAG_READ_ONLY if kind == EXPORT_VIEW else FLAG_IS_COPIED)
     else:
-        ml = <DLManagedTensor *>block
-        ml.deleter = _legacy_deleter
-        t = &ml.dl_tensor
+        (<DLManagedTensor *>block).deleter = _legacy_deleter
+    t = _block_tensor(block, versioned)
     t[0] = self.dl
     t.byte_offset = 0
     t.shape = <int64_t *>(block + dims_at)
     t.strides = t.shape + ndim
     memcpy(t.shape, self.dl.shape, ndim * sizeof(int64_t))
-    if copy:
+    if kind == EXPORT_VIEW:
+        memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))
+        owner = self
+    else:
+        _c_strides(ndim, self.dl.shape, t.strides)
+    if kind == EXPORT_HOST_COPY:
         t.data = block + data_at
         t.device.device_type = kDLCPU
         t.device.device_id = 0
-        _copy_contiguous(<char *>t.data, self, t.strides)
-        ctx = NULL
-    else:
-        memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))
-        ctx = <void *>self
-        Py_INCREF(self)
+        if _host_accessible(self.dl.device.device_type):
+            _gather(<char *>t.data, <const char *>self.dl.data, self)
+    elif kind == EXPORT_DEVICE_COPY:
+        t.data = <void *><uintptr_t>owner.ptr
+        t.device.device_type = kDLCUDA
+        t.device.device_id = owner.device_id
+    if owner is not None:
+        Py_INCREF(owner)
     if versioned:
-        mv.manager_ctx = ctx
+        mv.manager_ctx = <void *>owner if owner is not None else NULL
     else:
-        ml.manager_ctx = ctx
+        (<DLManagedTensor *>block).manager_ctx = <void *>owner if owner is not None else NULL
     return block
 
 
-cdef void _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) noexcept:
-    """Copy src's elements into dst (src._nbytes bytes) in C order; write C element strides.
+cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
+    """Copy src's elements, addressed from data with src's strides, into dst in C order.
 
     Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
     loop moves whole items of src._isz bytes.
@@ -140,16 +157,14 @@ cdef void _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) no
     cdef int ndim = src.dl.ndim, i
     cdef int64_t n
     cdef int64_t idx[MAX_NDIM]
-    cdef char *p
-    _c_strides(ndim, src.dl.shape, out_strides)
+    cdef const char *p = data
     if src._count == 0:
         return
     if src._c_contig:
-        memcpy(dst, src.dl.data, src._nbytes)
+        memcpy(dst, data, src._nbytes)
         return
     for i in range(ndim):
         idx[i] = 0
-    p = <char *>src.dl.data
     for n in range(src._count):
         memcpy(dst, p, src._isz)
         dst += src._isz
@@ -162,6 +177,21 @@ cdef void _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) no
             p -= (src.dl.shape[i] - 1) * src.dl.strides[i] * src._isz
             idx[i] = 0
             i -= 1
+
+
+cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
+    """Lowest and one-past-highest byte offset from data that an element occupies (non-empty
+    arrays; _finish checked that none of this overflows)."""
+    cdef int i
+    cdef int64_t step
+    lo[0] = 0
+    hi[0] = self._isz
+    for i in range(self.dl.ndim):
+        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._isz
+        if step < 0:
+            lo[0] += step
+        else:
+            hi[0] += step
 
 
 # -- deleters and the capsule destructor ---------------------------------------------------------

@@ -75,7 +75,7 @@ cdef int _api_check(void *obj) except -1:
 
 cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
     _api_check(obj)
-    out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, False)
+    out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, EXPORT_VIEW)
     return 0
 
 

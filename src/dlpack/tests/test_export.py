@@ -78,7 +78,9 @@ def test_copy_false_and_dl_device():
     dl = asdlpack(bytearray(4))
     assert dl.__dlpack__(copy=False, dl_device=(1, 0)) is not None
     with pytest.raises(BufferError, match="cannot move"):
-        dl.__dlpack__(dl_device=(2, 0))
+        dl.__dlpack__(dl_device=(10, 0))
+    with pytest.raises(BufferError, match="copy=False"):
+        dl.__dlpack__(dl_device=(2, 0), copy=False)
     with pytest.raises(TypeError, match="dl_device"):
         dl.__dlpack__(dl_device="cpu")
 
