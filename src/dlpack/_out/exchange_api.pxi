@@ -75,7 +75,16 @@ cdef int _api_check(void *obj) except -1:
 
 cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
     _api_check(obj)
+    _ready_on_work_stream(<DLPackObject>obj)
     out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, EXPORT_VIEW)
+    return 0
+
+
+cdef int _ready_on_work_stream(DLPackObject self) except -1:
+    """CUDA data is ready on the stream current_work_stream names (the legacy default one):
+    queue the producer's pending work before it (an event wait; the host does not block)."""
+    if _cuda_kind(self.dl.device.device_type):
+        _sync_for(self, None, False)
     return 0
 
 
@@ -98,13 +107,16 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
         raise BufferError("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
                           "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
                           "with asdlpack(obj, allow_legacy_readonly=True)")
+    _ready_on_work_stream(self)
     out[0] = self.dl
     return 0
 
 
 cdef int _api_stream(c_DLDeviceType device_type, int32_t device_id, void **out) noexcept:
+    """The stream our CUDA exports are ready on: the legacy default stream (CU_STREAM_LEGACY);
+    CPU needs none."""
     if out != NULL:
-        out[0] = NULL           # CPU needs none; on CUDA, the legacy default stream
+        out[0] = <void *>1 if _cuda_kind(device_type) else NULL           # CPU needs none; on CUDA, the legacy default stream
     return 0
 
 

@@ -302,3 +302,28 @@ def test_per_thread_default_stream_served_for_providers_that_refuse_it(fake):
     dl = asdlpack(p)
     dl.__dlpack__(stream=2, max_version=(1, 0))
     assert p.streams == [None, 1]          # the legacy default stream orders stream 2 too
+
+
+def test_exchange_api_cuda_work_stream_and_ordering(fake):
+    """C consumers launch on current_work_stream; our CUDA exports are ready on it."""
+    from dlpack import DLPackObject
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    base = get(DLPackObject.__dlpack_c_exchange_api__, b"dlpack_exchange_api")
+    slot = ctypes.c_void_p.from_address(base + 16 + 4 * ctypes.sizeof(ctypes.c_void_p))
+    stream_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32,
+                                 ctypes.POINTER(ctypes.c_void_p))(slot.value)
+    out = ctypes.c_void_p(99)
+    assert stream_fn(2, 0, ctypes.byref(out)) == 0 and out.value == 1     # CU_STREAM_LEGACY
+    assert stream_fn(1, 0, ctypes.byref(out)) == 0 and out.value is None
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(
+        ctypes.POINTER(dlc.DLManagedTensorVersioned)))(
+        ctypes.c_void_p.from_address(base + 16 + ctypes.sizeof(ctypes.c_void_p)).value)
+    dl = asdlpack(CAI(stream=7))
+    fake.calls.clear()
+    m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
+    assert from_py(dl, ctypes.byref(m)) == 0
+    assert fake.calls == [("stream_wait", 7, 1)]
+    m.contents.deleter(m)
