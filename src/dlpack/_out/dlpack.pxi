@@ -35,8 +35,12 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
         block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
         if do_copy and not _host_accessible(device_type):
             _fill_from_device(self, block, versioned)
-    return PyCapsule_New(block, b"dltensor_versioned" if versioned else b"dltensor",
-                         _capsule_destructor)
+    try:
+        return PyCapsule_New(block, b"dltensor_versioned" if versioned else b"dltensor",
+                             _capsule_destructor)
+    except BaseException:
+        _delete_managed(block, versioned)
+        raise
 
 
 cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint moving) except -1:
