@@ -80,8 +80,9 @@ def old_pydlpack() -> dict[str, float] | str:
             subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True)
             subprocess.run([python, "-m", "pip", "install", "-q", "pydlpack==0.2.1", "numpy"],
                            check=True, capture_output=True, timeout=600)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # import 0.2.1 only
         run = subprocess.run([python, "-c", OLD_SCRIPT], check=True, capture_output=True,
-                             text=True, timeout=600)
+                             text=True, timeout=600, env=env)
     except (subprocess.SubprocessError, OSError) as e:
         return f"skipped: cannot make a pydlpack 0.2.1 venv ({e})"
     found = {}

@@ -1,42 +1,36 @@
-# The DLPack C ABI (v1.3) and the PyArrayInterface struct, as Cython declarations.
+# The DLPack C ABI, taken from the vendored dlpack.h (v1.3, include/dlpack/dlpack.h), and
+# NumPy's PyArrayInterface struct, as Cython declarations.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef extern from *:
     """
-    #include <stdint.h>
-    typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-    typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-    typedef struct {
-        void *data; DLDevice device; int32_t ndim; DLDataType dtype;
-        int64_t *shape; int64_t *strides; uint64_t byte_offset;
-    } DLTensor;
-    typedef struct DLManagedTensor {
-        DLTensor dl_tensor; void *manager_ctx; void (*deleter)(struct DLManagedTensor *);
-    } DLManagedTensor;
-    typedef struct DLManagedTensorVersioned {
-        DLPackVersion version; void *manager_ctx;
-        void (*deleter)(struct DLManagedTensorVersioned *);
-        uint64_t flags; DLTensor dl_tensor;
-    } DLManagedTensorVersioned;
     typedef void (*DLPackSetError)(void *, const char *, const char *);
-    typedef struct DLPackExchangeAPIHeader {
-        DLPackVersion version; struct DLPackExchangeAPIHeader *prev_api;
-    } DLPackExchangeAPIHeader;
-    typedef struct {
-        DLPackExchangeAPIHeader header;
-        int (*managed_tensor_allocator)(DLTensor *, DLManagedTensorVersioned **, void *,
-                                        DLPackSetError);
-        int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **);
-        int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **);
-        int (*dltensor_from_py_object_no_sync)(void *, DLTensor *);
-        int (*current_work_stream)(int32_t, int32_t, void **);
-    } DLPackExchangeAPI;
-    typedef struct {
-        int two; int nd; char typekind; int itemsize; int flags;
-        Py_intptr_t *shape; Py_intptr_t *strides; void *data; PyObject *descr;
-    } PyArrayInterface;
     """
+    # the error callback of DLPackExchangeAPI.managed_tensor_allocator (unnamed in dlpack.h)
+    ctypedef void (*DLPackSetError)(void *, const char *, const char *) noexcept nogil
+
+cdef extern from "dlpack/dlpack.h":
+    enum:
+        DLPACK_MAJOR "DLPACK_MAJOR_VERSION"
+        DLPACK_MINOR "DLPACK_MINOR_VERSION"
+    enum:
+        FLAG_READ_ONLY "DLPACK_FLAG_BITMASK_READ_ONLY"
+        FLAG_IS_COPIED "DLPACK_FLAG_BITMASK_IS_COPIED"
+        FLAG_SUBBYTE_PADDED "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED"
+    ctypedef enum c_DLDeviceType "DLDeviceType":
+        kDLCPU
+        kDLCUDA
+        kDLCUDAHost
+        kDLROCM
+        kDLROCMHost
+        kDLCUDAManaged
+    ctypedef enum c_DLDataTypeCode "DLDataTypeCode":
+        kDLInt
+        kDLUInt
+        kDLFloat
+        kDLBfloat
+        kDLComplex
+        kDLBool
     ctypedef struct DLPackVersion:
         uint32_t major
         uint32_t minor
@@ -65,7 +59,6 @@ cdef extern from *:
         void (*deleter)(DLManagedTensorVersioned *) noexcept nogil
         uint64_t flags
         DLTensor dl_tensor
-    ctypedef void (*DLPackSetError)(void *, const char *, const char *) noexcept nogil
     ctypedef struct DLPackExchangeAPIHeader:
         DLPackVersion version
         DLPackExchangeAPIHeader *prev_api
@@ -76,7 +69,15 @@ cdef extern from *:
         int (*managed_tensor_from_py_object_no_sync)(void *, DLManagedTensorVersioned **) except -1
         int (*managed_tensor_to_py_object_no_sync)(DLManagedTensorVersioned *, void **) except -1
         int (*dltensor_from_py_object_no_sync)(void *, DLTensor *) except -1
-        int (*current_work_stream)(int32_t, int32_t, void **) noexcept
+        int (*current_work_stream)(c_DLDeviceType, int32_t, void **) noexcept
+
+cdef extern from *:
+    """
+    typedef struct {
+        int two; int nd; char typekind; int itemsize; int flags;
+        Py_intptr_t *shape; Py_intptr_t *strides; void *data; PyObject *descr;
+    } PyArrayInterface;
+    """
     ctypedef struct PyArrayInterface:
         int two
         int nd
@@ -86,27 +87,3 @@ cdef extern from *:
         Py_ssize_t *shape
         Py_ssize_t *strides
         void *data
-        void *descr
-
-cdef enum:
-    DLPACK_MAJOR = 1
-    DLPACK_MINOR = 3
-    FLAG_READ_ONLY = 1
-    FLAG_IS_COPIED = 2
-    FLAG_SUBBYTE_PADDED = 4
-
-cdef enum:
-    kDLCPU = 1
-    kDLCUDA = 2
-    kDLCUDAHost = 3
-    kDLROCM = 10
-    kDLROCMHost = 11
-    kDLCUDAManaged = 13
-
-cdef enum:
-    kDLInt = 0
-    kDLUInt = 1
-    kDLFloat = 2
-    kDLBfloat = 4
-    kDLComplex = 5
-    kDLBool = 6

@@ -17,15 +17,36 @@ from libc.string cimport memcpy
 from dlpack._abi cimport *
 
 import ctypes as _ctypes
+import sys
 
 from dlpack import _types
 from dlpack._types import DLDeviceType
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
+    enum:
+        Py_TPFLAGS_HEAPTYPE
+
+cdef extern from *:
+    """
+    static inline int dlpk_mul(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_mul_overflow(a, b, out);
+    }
+    static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
+    """
+    bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
 
 cdef enum:
     INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
+    MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
+
+cdef enum Strides:           # what a reader left in dl.strides for _finish
+    STRIDES_ELEMENTS         # element strides (DLPack's unit)
+    STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
+    STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
 
 # Devices whose memory the CPU can read and write directly.
 cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
@@ -52,6 +73,102 @@ cdef str _device_name(DLDevice dev):
     return f"{d.name if d is not None else dev.device_type}:{dev.device_id}"
 
 
+# -- sizes: the checked arithmetic every reader, exporter and allocator shares ------------------
+
+cdef enum SizeError:
+    SIZE_OK = 0
+    SIZE_NO_BITS            # bits or lanes is 0
+    SIZE_PADDED_WIDE        # IS_SUBBYTE_TYPE_PADDED on a type of a byte or more
+    SIZE_ODD_BITS           # wider than a byte but not a whole number of bytes
+    SIZE_NEGATIVE           # a negative extent
+    SIZE_OVERFLOW           # element count or byte size beyond int64
+
+
+cdef SizeError _item_storage(DLDataType dtype, bint padded, int64_t *itemsize,
+                             bint *packed) noexcept nogil:
+    """Bytes per element (1 for packed sub-byte types, which set packed)."""
+    cdef int64_t ebits = <int64_t>dtype.bits * dtype.lanes
+    packed[0] = False
+    if ebits == 0:
+        return SIZE_NO_BITS
+    if padded:
+        if dtype.bits >= 8:
+            return SIZE_PADDED_WIDE
+        itemsize[0] = dtype.lanes
+    elif ebits % 8 == 0:
+        itemsize[0] = ebits // 8
+    elif ebits < 8:
+        itemsize[0] = 1
+        packed[0] = True
+    else:
+        return SIZE_ODD_BITS
+    return SIZE_OK
+
+
+cdef SizeError _element_count(int ndim, const int64_t *shape, int64_t *count) noexcept nogil:
+    """Number of elements; the nonzero extents' product must fit too (it sizes C strides)."""
+    cdef int i
+    cdef int64_t c = 1
+    cdef bint empty = False
+    for i in range(ndim):
+        if shape[i] < 0:
+            return SIZE_NEGATIVE
+        if shape[i] == 0:
+            empty = True
+        elif _mul_ovf(c, shape[i], &c):
+            return SIZE_OVERFLOW
+    count[0] = 0 if empty else c
+    return SIZE_OK
+
+
+cdef SizeError _byte_size(int64_t count, DLDataType dtype, int64_t itemsize, bint packed,
+                          int64_t *nbytes) noexcept nogil:
+    """Bytes that count elements occupy (packed sub-byte types rounded up to a byte)."""
+    cdef int64_t bits
+    if packed:
+        if _mul_ovf(count, <int64_t>dtype.bits * dtype.lanes, &bits):
+            return SIZE_OVERFLOW
+        nbytes[0] = bits // 8 + (bits % 8 != 0)
+    elif _mul_ovf(count, itemsize, nbytes):
+        return SIZE_OVERFLOW
+    return SIZE_OK
+
+
+cdef inline void _c_strides(int ndim, const int64_t *shape, int64_t *out) noexcept nogil:
+    """C-contiguous element strides (zero extents count as 1, as NumPy's do)."""
+    cdef int i
+    cdef int64_t s = 1
+    for i in range(ndim - 1, -1, -1):
+        out[i] = s
+        if shape[i] > 1:
+            s *= shape[i]        # cannot wrap: _element_count bounded the nonzero product
+
+
+cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=None):
+    name = _types.dtype(t.code, t.bits, t.lanes).name
+    if err == SIZE_NO_BITS:
+        return (f"{protocol}: field 'dtype' = {name} has bits={t.bits}, lanes={t.lanes}; "
+                "both must be positive")
+    if err == SIZE_PADDED_WIDE:
+        return (f"{protocol}: field 'flags' has IS_SUBBYTE_TYPE_PADDED for the {t.bits}-bit "
+                f"type {name}; padding applies only to types narrower than a byte")
+    if err == SIZE_ODD_BITS:
+        return (f"{protocol}: field 'dtype' = {name} (bits={t.bits}, lanes={t.lanes}) is not a "
+                "whole number of bytes; only types narrower than a byte may be packed")
+    if err == SIZE_NEGATIVE:
+        return f"{protocol}: field 'shape' = {shape} has a negative extent"
+    return (f"{protocol}: field 'shape' = {shape} has more elements of {name} than memory can "
+            "hold (the byte size overflows 64 bits)")
+
+
+cdef object _MAKER = object()          # only _new_object holds it: users cannot make objects
+
+
+cdef inline DLPackObject _new_object():
+    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty)."""
+    return DLPackObject.__new__(DLPackObject, _MAKER)
+
+
 @cython.final
 @cython.freelist(32)
 cdef class DLPackObject:
@@ -62,24 +179,30 @@ cdef class DLPackObject:
     """
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
+    cdef int64_t _count                 # elements, bytes and bytes per element: set once, by
+    cdef int64_t _nbytes                # _finish, with overflow checks
+    cdef int64_t _isz
     cdef int64_t _inline[2 * INLINE_DIMS]
     cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
     cdef Py_buffer _view                # the provider's buffer, when one was taken
     cdef bint _has_view
     cdef void *_managed                 # the provider's DLPack struct we own, if any
     cdef bint _managed_versioned
+    cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
     cdef object _keep                   # a second object to keep alive (__array_struct__ capsule)
     cdef object _stream                 # CUDA: stream the producer's work is on (None: no sync)
-    cdef object _resync                 # CUDA __dlpack__ provider to re-ask with the consumer's stream
+    cdef object _resync                 # device __dlpack__ provider to re-ask with a stream
     cdef object _shape_t
     cdef object __weakref__
 
-    def __cinit__(self):
+    def __cinit__(self, maker=None):
         self.dl.shape = self._inline
+        if maker is not _MAKER:
+            raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
@@ -95,11 +218,12 @@ cdef class DLPackObject:
             free(self.dl.shape)
         free(self._pydims)
 
-    # -- construction helpers used by the protocol modules ------------------------------------
+    # -- construction: readers call _alloc_dims, fill shape and strides, then _finish --------
 
-    cdef int _alloc_dims(self, Py_ssize_t ndim) except -1:
-        if ndim < 0 or ndim > 0x7FFFFFFF:
-            raise BufferError(f"ndim = {ndim} is out of range")
+    cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
+        if ndim < 0 or ndim > MAX_NDIM:
+            raise BufferError(f"{protocol}: field 'ndim' = {ndim} is out of range "
+                              f"(0 to {MAX_NDIM})")
         if ndim > INLINE_DIMS:
             self.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
             if self.dl.shape == NULL:
@@ -109,22 +233,39 @@ cdef class DLPackObject:
         self.dl.strides = self.dl.shape + ndim
         return 0
 
-    cdef int _finish(self, str protocol) except -1:
-        """Validate shape/strides/dtype filled in by a provider module and derive contiguity."""
+    cdef int _finish(self, str protocol, Strides given, int64_t offset,
+                     int64_t bound) except -1:
+        """The one routine that validates a reader's shape, strides and dtype.
+
+        Checks extents, element count, bytes and the byte range the elements reach with
+        overflow checks; turns byte strides into element strides; when ``bound`` >= 0 the
+        elements must lie in the ``bound``-byte buffer that data sits ``offset`` bytes into.
+        """
         cdef int i, n = self.dl.ndim
-        cdef int64_t expect = 1, size = 1
-        cdef bint c = True, f = True
-        if self.dl.dtype.bits == 0 or self.dl.dtype.lanes == 0:
-            raise BufferError(f"{protocol}: dtype has bits={self.dl.dtype.bits}, "
-                              f"lanes={self.dl.dtype.lanes}; both must be positive")
-        for i in range(n):
-            if self.dl.shape[i] < 0:
-                raise BufferError(f"{protocol}: field 'shape' has a negative extent "
-                                  f"{self.dl.shape[i]} in dimension {i}")
-            if self.dl.shape[i] and size > INT64_MAX // 16 // self.dl.shape[i]:
-                raise BufferError(f"{protocol}: field 'shape' = {self.shape} has more "
-                                  "elements than memory can hold")
-            size *= self.dl.shape[i]
+        cdef int64_t isz, step, lo = 0, hi = 0, expect, end
+        cdef bint packed, c = True, f = True
+        cdef uintptr_t address = <uintptr_t>self.dl.data
+        cdef SizeError err = _item_storage(self.dl.dtype, self._flags & FLAG_SUBBYTE_PADDED,
+                                           &isz, &packed)
+        if err:
+            raise BufferError(_size_message(protocol, err, self.dl.dtype))
+        err = _element_count(n, self.dl.shape, &self._count)
+        if err == SIZE_OK:
+            err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
+        if err:
+            raise BufferError(_size_message(protocol, err, self.dl.dtype, self.shape))
+        self._isz = isz
+        if given == STRIDES_C:
+            _c_strides(n, self.dl.shape, self.dl.strides)
+        elif given == STRIDES_BYTES:
+            for i in range(n):
+                if packed or self.dl.strides[i] % isz:
+                    raise BufferError(
+                        f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
+                        f"{self.dl.strides[i]} is not a multiple of the item size {isz} "
+                        "(a field of a structured array?)")
+                self.dl.strides[i] //= isz
+        expect = 1
         for i in range(n - 1, -1, -1):
             if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
                 c = False
@@ -134,36 +275,42 @@ cdef class DLPackObject:
             if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
                 f = False
             expect *= self.dl.shape[i]
-        if size == 0:
-            c = f = True
-        elif self.dl.data == NULL:
-            raise BufferError(f"{protocol}: data pointer is NULL for a non-empty array")
+        if self._count == 0:
+            self._c_contig = self._f_contig = True
+            return 0
+        if packed and not c:
+            raise BufferError(f"{protocol}: field 'strides' = {self.strides}: a packed "
+                              f"{self.dtype.name} array must be C-contiguous (elements share "
+                              "bytes)")
+        if self.dl.data == NULL:
+            raise BufferError(f"{protocol}: field 'data' is NULL for a non-empty array")
+        if packed:
+            hi = self._nbytes
+        else:
+            for i in range(n):
+                if (_mul_ovf(self.dl.shape[i] - 1, self.dl.strides[i], &step)
+                        or _mul_ovf(step, isz, &step)
+                        or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
+                    raise BufferError(self._reach_message(protocol, "the address space"))
+            if _add_ovf(hi, isz, &hi):
+                raise BufferError(self._reach_message(protocol, "the address space"))
+        if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
+                <uintptr_t>-1 - address < <uint64_t>hi):
+            raise BufferError(self._reach_message(protocol, "the address space"))
+        if bound >= 0 and (_add_ovf(offset, lo, &end) or end < 0
+                           or _add_ovf(offset, hi, &end) or end > bound):
+            raise BufferError(self._reach_message(
+                protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
         self._c_contig = c
         self._f_contig = f
         return 0
 
-    cdef inline void _c_strides(self, int64_t *out) noexcept:
-        """Write the C-contiguous element strides of this shape into out."""
-        cdef int i
-        cdef int64_t s = 1
-        for i in range(self.dl.ndim - 1, -1, -1):
-            out[i] = s
-            s *= self.dl.shape[i]
+    cdef tuple _raw_strides(self):
+        return tuple([self.dl.strides[i] for i in range(self.dl.ndim)])
 
-    cdef int64_t _size(self) noexcept:
-        cdef int i
-        cdef int64_t s = 1
-        for i in range(self.dl.ndim):
-            s *= self.dl.shape[i]
-        return s
-
-    cdef int64_t _nbytes(self) noexcept:
-        if self._flags & FLAG_SUBBYTE_PADDED:
-            return self._size() * self.dl.dtype.lanes
-        return (self._size() * self.dl.dtype.bits * self.dl.dtype.lanes + 7) // 8
-
-    cdef inline Py_ssize_t _itemsize(self) noexcept:
-        return (self.dl.dtype.bits * self.dl.dtype.lanes + 7) // 8
+    cdef str _reach_message(self, str protocol, str where):
+        return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
+                f"{self._isz} bytes) reaches outside {where}")
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -196,17 +343,17 @@ cdef class DLPackObject:
     @property
     def size(self):
         """Number of elements."""
-        return self._size()
+        return self._count
 
     @property
     def nbytes(self):
         """Bytes the elements occupy (``size * itemsize``; packed sub-byte types rounded up)."""
-        return self._nbytes()
+        return self._nbytes
 
     @property
     def itemsize(self):
-        """Bytes per element, rounded up for sub-byte types."""
-        return self._itemsize()
+        """Bytes per element (1 for packed sub-byte types)."""
+        return self._isz
 
     @property
     def readonly(self):
@@ -273,6 +420,7 @@ cdef class DLPackObject:
         return _cuda_array_interface(self)
 
 
+include "_own.pxi"
 include "_in/buffer.pxi"
 include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
@@ -284,22 +432,33 @@ include "_out/array_interface.pxi"
 include "_out/exchange_api.pxi"
 
 
-cdef DLPackObject _share(DLPackObject src, bint legacy_readonly):
+cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
     """A second view of src's memory with its own export policy; src stays the owner."""
-    cdef DLPackObject r = DLPackObject.__new__(DLPackObject)
-    r._alloc_dims(src.dl.ndim)
+    cdef DLPackObject r = _new_object()
+    r._alloc_dims(src.dl.ndim, "asdlpack")
     memcpy(r.dl.shape, src.dl.shape, 2 * src.dl.ndim * sizeof(int64_t))
     r.dl.data = src.dl.data
     r.dl.device = src.dl.device
     r.dl.dtype = src.dl.dtype
     r._flags = src._flags
+    r._count = src._count
+    r._nbytes = src._nbytes
+    r._isz = src._isz
     r._c_contig = src._c_contig
     r._f_contig = src._f_contig
     r._stream = src._stream
     r._resync = src._resync
     r._base = src
-    r._legacy_readonly = legacy_readonly
+    r._legacy_import = src._legacy_import
+    _set_policy(r, legacy_readonly, legacy_writable)
     return r
+
+
+cdef inline void _set_policy(DLPackObject r, bint legacy_readonly,
+                             bint legacy_writable) noexcept:
+    r._legacy_readonly = legacy_readonly
+    if legacy_writable and r._legacy_import:
+        r._flags &= ~(<uint64_t>FLAG_READ_ONLY)
 
 
 cdef object _ctypes_pointer = _ctypes._Pointer
@@ -313,19 +472,44 @@ cdef tuple _INTERFACES = (
 cdef type _ndarray = None      # numpy.ndarray, once one has been seen
 
 
+cdef bint _is_numpy_ndarray(type t):
+    """numpy.ndarray itself, by identity (a look-alike class is not read as NumPy's struct)."""
+    np = sys.modules.get("numpy")
+    return np is not None and t is getattr(np, "ndarray", None) and not (
+        t.__flags__ & Py_TPFLAGS_HEAPTYPE)
+
+
+cdef BaseException _as_refusal(str protocol, BaseException e):
+    """A protocol's refusal as BufferError naming the protocol (ours already say it)."""
+    if isinstance(e, BufferError):
+        return e
+    r = BufferError(f"{protocol}: {type(e).__name__}: {e}")
+    r.__cause__ = e
+    return r
+
+
 cdef DLPackObject _dispatch(object obj):
-    """Try each protocol in the order of SPEC §3; fall through when one refuses."""
+    """Try each protocol in the order of the spec (§3); fall through when one refuses."""
     global _ndarray
     cdef list refusals = []
     cdef type t = type(obj)
-    if _ndarray is None and t.__name__ == "ndarray" and t.__module__ == "numpy":
+    if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
         _check_ndarray_layout(obj)
         _ndarray = t
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
-    if getattr(obj, "__dlpack__", None) is not None:
+    try:
+        has_dlpack = getattr(obj, "__dlpack__", None) is not None
+    except MemoryError:
+        raise
+    except Exception as e:
+        has_dlpack = False
+        refusals.append(("__dlpack__", e))
+    if has_dlpack:
         try:
             return _from_dlpack_method(obj)
+        except MemoryError:
+            raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
     for name, reader in _INTERFACES:
@@ -333,16 +517,22 @@ cdef DLPackObject _dispatch(object obj):
             value = getattr(obj, name)
         except AttributeError:
             continue
+        except MemoryError:
+            raise
         except Exception as e:
             refusals.append((name, e))
             continue
         try:
             return reader(obj, value)
+        except MemoryError:
+            raise
         except Exception as e:
             refusals.append((name, e))
     if PyObject_CheckBuffer(obj):
         try:
             return _from_buffer(obj)
+        except MemoryError:
+            raise
         except Exception as e:
             refusals.append(("buffer protocol", e))
     if isinstance(obj, _ctypes_pointer):
@@ -354,25 +544,28 @@ cdef DLPackObject _dispatch(object obj):
             "__array_interface__, __array_struct__, the buffer protocol, a DLPack capsule or "
             "a ctypes pointer to a DLPack struct)")
     if len(refusals) == 1:
-        raise refusals[0][1]
+        raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
     raise BufferError(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
                       f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False):
+def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
-    a read-only flag, receive read-only memory; by default that export raises ``BufferError``.
+    a read-only flag, share read-only memory (by default they get a private copy).
+    ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
+    (unversioned capsules cannot say so, and import read-only by default).
     """
     cdef DLPackObject r
     cdef type t = type(obj)
     if t is DLPackObject:
         r = <DLPackObject>obj
-        if r._legacy_readonly == allow_legacy_readonly:
+        if r._legacy_readonly == allow_legacy_readonly and not (
+                legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY):
             return r
-        return _share(r, allow_legacy_readonly)
+        return _share(r, allow_legacy_readonly, legacy_writable)
     if t is bytes:
         r = _from_bytes(obj)
     elif t is bytearray or t is memoryview:
@@ -385,7 +578,7 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False):
             r = _dispatch(obj)
     else:
         r = _dispatch(obj)
-    r._legacy_readonly = allow_legacy_readonly
+    _set_policy(r, allow_legacy_readonly, legacy_writable)
     return r
 
 
@@ -400,13 +593,48 @@ def todict(obj):
     if type(obj) is not DLPackObject and getattr(obj, "__dlpack__", None) is not None:
         return _capsule_dict(_call_dlpack(obj, None))
     d = asdlpack(obj)
-    return _tensor_dict(&d.dl, (DLPACK_MAJOR, DLPACK_MINOR), d._flags)
+    return _tensor_dict(&d.dl, (DLPACK_MAJOR, DLPACK_MINOR), d._flags, "asdlpack")
 
 
 def _export_address(DLPackObject obj, bint versioned):
     """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer)."""
-    capsule = obj.__dlpack__(max_version=(DLPACK_MAJOR, DLPACK_MINOR) if versioned else None)
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-    cdef void *m = PyCapsule_GetPointer(capsule, name)
-    PyCapsule_SetName(capsule, b"used_" + name)      # the receiver owns it now
-    return <uintptr_t>m
+    return <uintptr_t>_export(obj, versioned, EXPORT_HOST_COPY if _export_copy(
+        obj, versioned, None, False) else EXPORT_VIEW)
+
+
+def _abi_layout():
+    """Sizes and field offsets of the vendored dlpack.h structs (the test that dlpack.ctypes
+    and _types agree with the header reads them)."""
+    cdef DLTensor t
+    cdef DLManagedTensor m
+    cdef DLManagedTensorVersioned v
+    cdef DLPackExchangeAPI api
+    cdef char *pt = <char *>&t
+    cdef char *pm = <char *>&m
+    cdef char *pv = <char *>&v
+    cdef char *pa = <char *>&api
+    return {
+        "version": (DLPACK_MAJOR, DLPACK_MINOR),
+        "flags": (FLAG_READ_ONLY, FLAG_IS_COPIED, FLAG_SUBBYTE_PADDED),
+        "DLTensor": (sizeof(DLTensor), {
+            "data": <char *>&t.data - pt, "device": <char *>&t.device - pt,
+            "ndim": <char *>&t.ndim - pt, "dtype": <char *>&t.dtype - pt,
+            "shape": <char *>&t.shape - pt, "strides": <char *>&t.strides - pt,
+            "byte_offset": <char *>&t.byte_offset - pt}),
+        "DLManagedTensor": (sizeof(DLManagedTensor), {
+            "dl_tensor": <char *>&m.dl_tensor - pm, "manager_ctx": <char *>&m.manager_ctx - pm,
+            "deleter": <char *>&m.deleter - pm}),
+        "DLManagedTensorVersioned": (sizeof(DLManagedTensorVersioned), {
+            "version": <char *>&v.version - pv, "manager_ctx": <char *>&v.manager_ctx - pv,
+            "deleter": <char *>&v.deleter - pv, "flags": <char *>&v.flags - pv,
+            "dl_tensor": <char *>&v.dl_tensor - pv}),
+        "DLPackExchangeAPI": (sizeof(DLPackExchangeAPI), {
+            "header": <char *>&api.header - pa,
+            "managed_tensor_allocator": <char *>&api.managed_tensor_allocator - pa,
+            "managed_tensor_from_py_object_no_sync":
+                <char *>&api.managed_tensor_from_py_object_no_sync - pa,
+            "managed_tensor_to_py_object_no_sync":
+                <char *>&api.managed_tensor_to_py_object_no_sync - pa,
+            "dltensor_from_py_object_no_sync": <char *>&api.dltensor_from_py_object_no_sync - pa,
+            "current_work_stream": <char *>&api.current_work_stream - pa}),
+    }

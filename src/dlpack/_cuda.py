@@ -6,7 +6,9 @@ Everything goes through one ``Driver`` (ctypes on ``libcuda.so.1``); tests repla
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 from typing import Protocol
 
 from dlpack._types import DLDeviceType
@@ -20,6 +22,7 @@ CU_MEMORYTYPE_DEVICE = 2
 CU_MEMORYTYPE_UNIFIED = 4
 CU_EVENT_DISABLE_TIMING = 2
 LEGACY_DEFAULT_STREAM = 1
+PER_THREAD_STREAM = 2
 
 
 class CudaError(BufferError):
@@ -30,6 +33,10 @@ class DriverAPI(Protocol):
     def pointer_attributes(self, ptr: int) -> tuple[int, int, bool]: ...
     def stream_wait(self, producer: int, consumer: int) -> None: ...
     def stream_synchronize(self, stream: int) -> None: ...
+    def copy_to_host(self, device_id: int, dst: int, src: int, nbytes: int) -> None: ...
+    def copy_to_device(self, device_id: int, dst: int, src: int, nbytes: int) -> None: ...
+    def alloc(self, device_id: int, nbytes: int) -> int: ...
+    def free(self, device_id: int, ptr: int) -> None: ...
 
 
 class Driver:
@@ -42,6 +49,7 @@ class Driver:
             raise CudaError(f"CUDA data needs the CUDA driver, but {path} cannot be loaded "
                             f"({e}); is an NVIDIA driver installed?") from None
         self._check("cuInit", self.lib.cuInit(0))
+        self._contexts: dict[int, ctypes.c_void_p] = {}
 
     def _check(self, what: str, rc: int) -> None:
         if rc != 0:
@@ -78,6 +86,45 @@ class Driver:
 
     def stream_synchronize(self, stream: int) -> None:
         self._check("cuStreamSynchronize", self.lib.cuStreamSynchronize(ctypes.c_void_p(stream)))
+
+    @contextlib.contextmanager
+    def _primary(self, device_id: int) -> Iterator[None]:
+        """Run in device_id's primary context (retained once, kept for the process)."""
+        ctx = self._contexts.get(device_id)
+        if ctx is None:
+            dev = ctypes.c_int()
+            self._check(f"cuDeviceGet({device_id})", self.lib.cuDeviceGet(ctypes.byref(dev),
+                                                                         device_id))
+            ctx = ctypes.c_void_p()
+            self._check("cuDevicePrimaryCtxRetain",
+                        self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+            self._contexts[device_id] = ctx
+        self._check("cuCtxPushCurrent", self.lib.cuCtxPushCurrent_v2(ctx))
+        try:
+            yield
+        finally:
+            self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+    def copy_to_host(self, device_id: int, dst: int, src: int, nbytes: int) -> None:
+        with self._primary(device_id):
+            self._check("cuMemcpyDtoH", self.lib.cuMemcpyDtoH_v2(
+                ctypes.c_void_p(dst), ctypes.c_uint64(src), ctypes.c_size_t(nbytes)))
+
+    def copy_to_device(self, device_id: int, dst: int, src: int, nbytes: int) -> None:
+        with self._primary(device_id):
+            self._check("cuMemcpyHtoD", self.lib.cuMemcpyHtoD_v2(
+                ctypes.c_uint64(dst), ctypes.c_void_p(src), ctypes.c_size_t(nbytes)))
+
+    def alloc(self, device_id: int, nbytes: int) -> int:
+        ptr = ctypes.c_uint64()
+        with self._primary(device_id):
+            self._check(f"cuMemAlloc({nbytes})", self.lib.cuMemAlloc_v2(
+                ctypes.byref(ptr), ctypes.c_size_t(max(nbytes, 1))))
+        return ptr.value
+
+    def free(self, device_id: int, ptr: int) -> None:
+        with self._primary(device_id):
+            self._check("cuMemFree", self.lib.cuMemFree_v2(ctypes.c_uint64(ptr)))
 
 
 _driver: DriverAPI | None = None
@@ -137,7 +184,11 @@ def sync_for_consumer(producer: int | None, stream: object, provider: object = N
     if consumer is None:
         return
     if provider is not None:
-        provider.__dlpack__(stream=consumer)           # its capsule is dropped unconsumed
+        # The provider orders its work before the consumer's stream (its capsule is dropped
+        # unconsumed). The per-thread default stream waits for the legacy default stream, so
+        # providers that refuse 2 themselves (torch) are asked for 1 instead.
+        provider.__dlpack__(stream=LEGACY_DEFAULT_STREAM if consumer == PER_THREAD_STREAM
+                            else consumer)
         return
     if producer is None or producer == consumer:
         return
@@ -151,3 +202,18 @@ def sync_for_host(producer: int | None, provider: object = None) -> None:
         producer = LEGACY_DEFAULT_STREAM
     if producer is not None:
         driver().stream_synchronize(producer)
+
+
+class DeviceCopy:
+    """Device memory holding a copy pydlpack made; freed, in its device's primary context,
+    when the last capsule viewing it is deleted."""
+
+    def __init__(self, device_id: int, nbytes: int) -> None:
+        self.device_id = device_id
+        self.ptr = 0
+        self.ptr = driver().alloc(device_id, nbytes)
+
+    def __del__(self) -> None:
+        if self.ptr:
+            driver().free(self.device_id, self.ptr)
+            self.ptr = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from functools import cache, lru_cache
+from functools import lru_cache
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -152,19 +152,25 @@ def _name(code: int, bits: int, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
-@cache
+@lru_cache(maxsize=4096)
 def dtype(code: int, bits: int, lanes: int = 1) -> DType:
     """The shared ``DType`` instance for (code, bits, lanes)."""
     return DType(code, bits, lanes)
 
 
-@lru_cache(maxsize=256)
 def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int, int, int]:
     """(code, bits, flags) of an array-interface typestr; ``name`` is the provider's dtype name.
 
     Raises BufferError naming the protocol, the field and the value when DLPack cannot carry it.
     """
-    if not isinstance(typestr, str) or len(typestr) < 3 or not typestr[2:].isdigit():
+    if type(typestr) is not str or (name is not None and type(name) is not str):
+        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as '<f4'")
+    return _parse_typestr(protocol, typestr, name)
+
+
+@lru_cache(maxsize=256)
+def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, int, int]:
+    if len(typestr) < 3 or not (typestr[2:].isascii() and typestr[2:].isdigit()):
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not of the form "
                           "'<byte order><kind><item size>', e.g. '<f4'")
     order, kind, size = typestr[0], typestr[1], int(typestr[2:])
@@ -192,7 +198,7 @@ def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int
     return int(_KIND_CODE[kind]), size * 8, 0
 
 
-@cache
+@lru_cache(maxsize=4096)
 def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
     """(typestr, descr) describing a DLPack dtype to an array-interface consumer.
 

@@ -4,10 +4,9 @@ cdef enum:
     ARR_ALIGNED = 0x100
     ARR_NOTSWAPPED = 0x200
     ARR_WRITEABLE = 0x400
-    ARR_HAS_DESCR = 0x800
 
 
-cdef bint _kind_dtype(char kind, int itemsize, DLDataType *out) noexcept nogil:
+cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcept nogil:
     """The common numeric typekinds in C; False sends the rest to the Python table."""
     if kind == b'f' and (itemsize == 4 or itemsize == 8 or itemsize == 2):
         out.code = kDLFloat
@@ -27,29 +26,39 @@ cdef bint _kind_dtype(char kind, int itemsize, DLDataType *out) noexcept nogil:
 
 
 cdef DLPackObject _from_array_struct(object obj, object capsule):
-    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    cdef DLPackObject self
     cdef PyArrayInterface *s
     cdef int i
-    cdef Py_ssize_t itemsize
+    cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__array_struct__ is a {type(capsule).__name__}, not a PyCapsule")
+        raise BufferError(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
     s = <PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
     if s.two != 2:
         raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "
                           "(not a PyArrayInterface)")
-    if s.nd < 0:
-        raise BufferError(f"__array_struct__: field 'nd' = {s.nd} is negative")
-    itemsize = s.itemsize
-    if not _kind_dtype(s.typekind, s.itemsize, &self.dl.dtype):
-        typestr = f"|{chr(s.typekind)}{itemsize}"
-        descr = <object>s.descr if s.flags & ARR_HAS_DESCR and s.descr != NULL else None
+    if s.nd < 0 or s.nd > MAX_NDIM:
+        raise BufferError(f"__array_struct__: field 'nd' = {s.nd} is out of range "
+                          f"(0 to {MAX_NDIM})")
+    if s.nd > 0 and s.shape == NULL:
+        raise BufferError(f"__array_struct__: field 'shape' is NULL for nd = {s.nd}")
+    if s.itemsize <= 0 or s.itemsize > 32:
+        raise BufferError(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
+                          "of a type DLPack can carry (1 to 32 bytes)")
+    kind = <unsigned char>s.typekind
+    self = _new_object()
+    self._alloc_dims(s.nd, "__array_struct__")
+    if not _kind_dtype(kind, s.itemsize, &self.dl.dtype):
+        if kind < 0x21 or kind > 0x7E:
+            raise BufferError(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
+                              "typekind character")
+        typestr = f"|{chr(kind)}{s.itemsize}"
         code, bits, flags = _types.parse_typestr(
-            "__array_struct__", typestr, _ml_name(obj, typestr, descr))
+            "__array_struct__", typestr, _ml_name(obj, typestr, None))
         self.dl.dtype.code = code
         self.dl.dtype.bits = bits
         self.dl.dtype.lanes = 1
         self._flags = flags
-    if itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
+    if s.itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
         raise BufferError("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
                           "non-native byte order; byte-swap it first")
     if not s.flags & ARR_ALIGNED:
@@ -57,22 +66,15 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
                           "cannot be exchanged through DLPack")
     if not s.flags & ARR_WRITEABLE:
         self._flags |= FLAG_READ_ONLY
-    self._alloc_dims(s.nd)
     for i in range(s.nd):
         self.dl.shape[i] = s.shape[i]
-    if s.strides == NULL:
-        self._c_strides(self.dl.strides)
-    else:
-        for i in range(s.nd):
-            if s.strides[i] % itemsize:
-                raise BufferError(f"__array_struct__: field 'strides' = {s.strides[i]} in "
-                                  f"dimension {i} is not a multiple of the item size {itemsize}")
-            self.dl.strides[i] = s.strides[i] // itemsize
+        if s.strides != NULL:
+            self.dl.strides[i] = s.strides[i]
     self.dl.data = s.data
     self.dl.device.device_type = kDLCPU
     self._base = obj
     self._keep = capsule
-    self._finish("__array_struct__")
+    self._finish("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
     return self
 
 

@@ -11,6 +11,17 @@ cdef inline bint _native_order(char order) noexcept nogil:
     return True
 
 
+cdef inline bint _width_fits(int code, Py_ssize_t itemsize) noexcept nogil:
+    """Whether a type of this kind exists at this width (the view's itemsize is the width)."""
+    if code == kDLBool:
+        return itemsize == 1
+    if code == kDLFloat:
+        return itemsize == 2 or itemsize == 4 or itemsize == 8
+    if code == kDLComplex:
+        return itemsize == 4 or itemsize == 8 or itemsize == 16
+    return itemsize == 1 or itemsize == 2 or itemsize == 4 or itemsize == 8
+
+
 cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) except -1:
     """DLPack dtype of a single-item PEP 3118 format; the view's itemsize is the width."""
     cdef const char *p = fmt
@@ -42,7 +53,7 @@ cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) ex
             code = kDLFloat
     if code < 0:
         raise BufferError(_format_refusal(fmt))
-    if itemsize * 8 > 255 or itemsize <= 0 or (code == kDLBool and itemsize != 1):
+    if not _width_fits(code, itemsize):
         raise BufferError(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
                           f"{(<bytes>fmt).decode('latin-1')!r}")
     if itemsize > 1 and not _native_order(order):
@@ -61,10 +72,10 @@ cdef str _format_refusal(const char *fmt):
         why = "long double, which DLPack cannot carry"
     elif body == "P":
         why = "a pointer type"
-    elif "x" in body:
-        why = "padding bytes"
     elif body.startswith("T{") or ":" in body:
         why = "a struct"
+    elif "x" in body:
+        why = "padding bytes"
     elif body in ("s", "p", "u", "w", "O"):
         why = "a string or object type"
     elif len(body) > 1 and not body.startswith("Z"):
@@ -82,7 +93,7 @@ cdef extern from "Python.h":
 
 cdef DLPackObject _from_bytes(object obj):
     """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
-    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    cdef DLPackObject self = _new_object()
     self.dl.ndim = 1
     self.dl.strides = self.dl.shape + 1
     self.dl.shape[0] = PyBytes_GET_SIZE(obj)
@@ -93,6 +104,8 @@ cdef DLPackObject _from_bytes(object obj):
     self.dl.dtype.lanes = 1
     self.dl.device.device_type = kDLCPU
     self._flags = FLAG_READ_ONLY
+    self._count = self._nbytes = self.dl.shape[0]
+    self._isz = 1
     self._c_contig = self._f_contig = True
     self._base = obj
     return self
@@ -100,34 +113,31 @@ cdef DLPackObject _from_bytes(object obj):
 
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
-    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
+    cdef DLPackObject self = _new_object()
     cdef Py_buffer *v = &self._view
     cdef int i
-    cdef Py_ssize_t itemsize
     PyObject_GetBuffer(obj, v, PyBUF_RECORDS_RO)
     self._has_view = True
-    itemsize = v.itemsize
-    _format_dtype(v.format, itemsize, &self.dl.dtype)
+    _format_dtype(v.format, v.itemsize, &self.dl.dtype)
+    if v.ndim > 0 and v.shape == NULL:
+        raise BufferError(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
     if v.suboffsets != NULL:
         for i in range(v.ndim):
             if v.suboffsets[i] >= 0:
                 raise BufferError("buffer protocol: field 'suboffsets' is set; indirect "
                                   "(PIL-style) buffers cannot be described by DLPack")
-    self._alloc_dims(v.ndim)
+    self._alloc_dims(v.ndim, "buffer protocol")
     for i in range(v.ndim):
         self.dl.shape[i] = v.shape[i]
-    if v.strides == NULL:
-        self._c_strides(self.dl.strides)
-    else:
-        for i in range(v.ndim):
-            if v.strides[i] % itemsize:
-                raise BufferError(f"buffer protocol: field 'strides' = {v.strides[i]} in "
-                                  f"dimension {i} is not a multiple of the item size {itemsize}")
-            self.dl.strides[i] = v.strides[i] // itemsize
+        if v.strides != NULL:
+            self.dl.strides[i] = v.strides[i]
     self.dl.data = v.buf
     self.dl.device.device_type = kDLCPU
     self.dl.device.device_id = 0
     self._flags = FLAG_READ_ONLY if v.readonly else 0
     self._base = obj
-    self._finish("buffer protocol")
+    self._finish("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
+    if v.len != self._nbytes:
+        raise BufferError(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
+                          f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
     return self

@@ -3,74 +3,30 @@
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR, DLPACK_MINOR)
 
 
-cdef void _delete_managed(void *m, bint versioned) noexcept:
-    """Hand a producer's struct back to it: call its deleter (NULL means nothing to free)."""
-    if versioned:
-        if (<DLManagedTensorVersioned *>m).deleter != NULL:
-            (<DLManagedTensorVersioned *>m).deleter(<DLManagedTensorVersioned *>m)
-    elif (<DLManagedTensor *>m).deleter != NULL:
-        (<DLManagedTensor *>m).deleter(<DLManagedTensor *>m)
-
-
-cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
-    """Own a producer's managed tensor from here on; its deleter runs when the view dies."""
-    cdef DLPackObject self = DLPackObject.__new__(DLPackObject)
-    cdef DLTensor *t
-    cdef DLManagedTensorVersioned *mv = <DLManagedTensorVersioned *>m
-    cdef int i
-    self._managed = m
-    self._managed_versioned = versioned
-    self._base = base
-    if versioned:
-        t = &mv.dl_tensor
-        self._flags = mv.flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
-    else:
-        t = &(<DLManagedTensor *>m).dl_tensor
-    if t.ndim < 0:
-        raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is negative")
-    if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
-    self._alloc_dims(t.ndim)
-    memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
-    if t.strides == NULL:
-        self._c_strides(self.dl.strides)
-    else:
-        memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
-    self.dl.data = <char *>t.data + t.byte_offset
-    self.dl.device = t.device
-    self.dl.dtype = t.dtype
-    if _cuda_kind(t.device.device_type):
-        self._stream = 1        # the producer synchronised to the legacy default stream for us
-    self._finish(protocol)
-    return self
-
-
 cdef DLPackObject _from_capsule(object capsule, object base):
     """Consume a "dltensor" / "dltensor_versioned" capsule: rename it used, own its struct."""
     cdef const char *name
     cdef void *m
-    cdef DLManagedTensorVersioned *mv
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__}, not a PyCapsule")
+        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__} object, not a PyCapsule")
     name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        mv = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        m = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         PyCapsule_SetName(capsule, b"used_dltensor_versioned")
-        if mv.version.major > DLPACK_MAJOR:
-            _delete_managed(mv, True)
-            raise BufferError(f"DLPack capsule: field 'version' = {mv.version.major}."
-                              f"{mv.version.minor} has a newer major version than this "
-                              f"pydlpack implements ({DLPACK_MAJOR}.{DLPACK_MINOR})")
-        return _adopt(mv, True, base, "DLPack capsule")
+        return _adopt(m, True, base, "DLPack capsule")
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor"):
         m = PyCapsule_GetPointer(capsule, b"dltensor")
         PyCapsule_SetName(capsule, b"used_dltensor")
         return _adopt(m, False, base, "DLPack capsule")
+    raise BufferError(_capsule_name_refusal(name))
+
+
+cdef str _capsule_name_refusal(const char *name):
     shown = "NULL" if name == NULL else repr((<bytes>name).decode("utf-8", "replace"))
     if shown.startswith("'used_dltensor"):
-        raise BufferError(f"DLPack capsule: name {shown}: it was consumed already (a capsule "
-                          "can be consumed once; ask the producer for a new one)")
-    raise BufferError(f"DLPack capsule: name {shown} is not 'dltensor' or 'dltensor_versioned'")
+        return (f"DLPack capsule: name {shown}: it was consumed already (a capsule can be "
+                "consumed once; ask the producer for a new one)")
+    return f"DLPack capsule: name {shown} is not 'dltensor' or 'dltensor_versioned'"
 
 
 cdef object _call_dlpack(object obj, object stream):
@@ -86,40 +42,65 @@ cdef object _call_dlpack(object obj, object stream):
     return meth() if stream is None else meth(stream=stream)
 
 
-cdef dict _exchange_apis = {}      # type -> address of its DLPackExchangeAPI (0: none)
+# -- torch.Tensor: its C exchange API is a fast path only where it agrees with __dlpack__ -------
+
+cdef object _torch_tensor = None              # torch.Tensor, once torch is imported
+cdef DLPackExchangeAPI *_torch_api = NULL   # its __dlpack_c_exchange_api__, when usable
+cdef object _torch_api_capsule = None       # keeps the API struct alive
 
 
-cdef DLPackExchangeAPI *_exchange_api(type t):
-    cdef uintptr_t address
-    try:
-        address = _exchange_apis[t]
-    except KeyError:
-        address = 0
-        cap = getattr(t, "__dlpack_c_exchange_api__", None)
+cdef bint _is_torch_tensor(object obj) except -1:
+    """isinstance(obj, torch.Tensor), without importing torch (identity, not names)."""
+    global _torch_tensor, _torch_api, _torch_api_capsule
+    if _torch_tensor is None:
+        torch = sys.modules.get("torch")
+        tensor = getattr(torch, "Tensor", None) if torch is not None else None
+        if not isinstance(tensor, type) or not isinstance(obj, tensor):
+            return False
+        _torch_tensor = tensor
+        cap = getattr(tensor, "__dlpack_c_exchange_api__", None)
         if cap is not None and PyCapsule_IsValid(cap, b"dlpack_exchange_api"):
-            address = <uintptr_t>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
-            if (<DLPackExchangeAPI *>address).header.version.major != DLPACK_MAJOR:
-                address = 0
-        _exchange_apis[t] = address
-    return <DLPackExchangeAPI *>address
+            api = <DLPackExchangeAPI *>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
+            if (api.header.version.major == DLPACK_MAJOR
+                    and api.managed_tensor_from_py_object_no_sync != NULL):
+                _torch_api = api
+                _torch_api_capsule = cap
+    return isinstance(obj, _torch_tensor)
+
+
+cdef DLPackObject _from_torch(object t):
+    """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
+
+    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors, but exports a
+    negative-bit view without negating it: that one is refused here, on every path.
+    """
+    cdef DLManagedTensorVersioned *m = NULL
+    if t.is_neg():
+        raise BufferError("__dlpack__: the torch tensor has its negative bit set, and torch "
+                          "exports it without negating the values; call t.resolve_neg() first")
+    if _torch_api != NULL and type(t) is _torch_tensor and not t.requires_grad:
+        try:
+            _torch_api.managed_tensor_from_py_object_no_sync(<void *>t, &m)
+        except Exception:
+            m = NULL                        # __dlpack__ below gives torch's own message
+        if m != NULL:
+            # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
+            if m.dl_tensor.device.device_type == kDLCPU and not (
+                    m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
+                return _adopt(m, True, t, "__dlpack_c_exchange_api__")
+            _delete_managed(m, True)        # device data or conj: torch's own path below
+    return None
 
 
 cdef DLPackObject _from_dlpack_method(object obj):
-    """A __dlpack__ provider; via its type's C exchange API when it has one (CPU data)."""
-    cdef DLPackExchangeAPI *api = _exchange_api(type(obj))
-    cdef DLManagedTensorVersioned *m = NULL
+    """A __dlpack__ provider; via torch's C exchange API when it is equivalent (CPU data)."""
     cdef DLPackObject self
-    if api != NULL:
-        try:
-            api.managed_tensor_from_py_object_no_sync(<void *>obj, &m)
-        except Exception:
-            m = NULL                        # __dlpack__ below gives the producer's own message
-        if m != NULL:
-            if m.dl_tensor.device.device_type == kDLCPU:
-                return _adopt(m, True, obj, "__dlpack_c_exchange_api__")
-            _delete_managed(m, True)        # device data: take the synchronising path below
+    if _is_torch_tensor(obj):
+        self = _from_torch(obj)
+        if self is not None:
+            return self
     self = _from_capsule(_call_dlpack(obj, None), obj)
-    if _cuda_kind(self.dl.device.device_type):
+    if _cuda_kind(self.dl.device.device_type) or self.dl.device.device_type == kDLROCM:
         self._resync = obj
     return self
 
@@ -128,25 +109,27 @@ cdef DLPackObject _from_ctypes_pointer(object p):
     """Own the DLPack struct a ctypes pointer points at, and NULL the pointer object."""
     from dlpack import ctypes as dlctypes
     cdef bint versioned
-    if p._type_ is dlctypes.DLManagedTensorVersioned:
+    kind = getattr(type(p), "_type_", None)
+    if kind is dlctypes.DLManagedTensorVersioned:
         versioned = True
-    elif p._type_ is dlctypes.DLManagedTensor:
+    elif kind is dlctypes.DLManagedTensor:
         versioned = False
     else:
-        raise TypeError(f"asdlpack: a ctypes pointer to {p._type_.__name__}, not to "
-                        "dlpack.ctypes.DLManagedTensor or DLManagedTensorVersioned")
+        raise TypeError(f"asdlpack: a ctypes pointer to {getattr(kind, '__name__', kind)}, not "
+                        "to dlpack.ctypes.DLManagedTensor or DLManagedTensorVersioned")
     cdef uintptr_t address = _ctypes.cast(p, _ctypes.c_void_p).value or 0
     if address == 0:
         raise BufferError("ctypes pointer: it is NULL (or its tensor was taken already)")
     _ctypes.c_void_p.from_address(_ctypes.addressof(p)).value = None
-    if versioned and (<DLManagedTensorVersioned *>address).version.major > DLPACK_MAJOR:
-        _delete_managed(<void *>address, True)
-        raise BufferError("ctypes pointer: DLManagedTensorVersioned has a newer major version "
-                          f"than this pydlpack implements ({DLPACK_MAJOR})")
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
 
-cdef dict _tensor_dict(DLTensor *t, object version, uint64_t flags):
+cdef dict _tensor_dict(DLTensor *t, object version, uint64_t flags, str protocol):
+    if t.ndim < 0 or t.ndim > MAX_NDIM:
+        raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
+                          f"(0 to {MAX_NDIM})")
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
     return {
         "version": version,
         "flags": flags,
@@ -163,13 +146,14 @@ cdef dict _tensor_dict(DLTensor *t, object version, uint64_t flags):
 
 cdef dict _capsule_dict(object capsule):
     cdef DLManagedTensorVersioned *mv
+    cdef DLManagedTensor *ml
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         version = (mv.version.major, mv.version.minor)
         if mv.version.major > DLPACK_MAJOR:
             return {"version": version, "flags": mv.flags}
-        return _tensor_dict(&mv.dl_tensor, version, mv.flags)
+        return _tensor_dict(&mv.dl_tensor, version, mv.flags, "DLPack capsule")
     if PyCapsule_IsValid(capsule, b"dltensor"):
-        return _tensor_dict(&(<DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor"))
-                            .dl_tensor, None, 0)
-    _from_capsule(capsule, None)      # raises the error that names the capsule
+        ml = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
+        return _tensor_dict(&ml.dl_tensor, None, 0, "DLPack capsule")
+    raise BufferError(_capsule_name_refusal(PyCapsule_GetName(capsule)))

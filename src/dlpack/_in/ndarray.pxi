@@ -77,17 +77,17 @@ cdef DLPackObject _from_ndarray(object obj):
     for i in range(a.nd):
         if a.strides[i] % itemsize:
             return None
-    self = DLPackObject.__new__(DLPackObject)
+    self = _new_object()
     self.dl.dtype = _npy_types[num]
-    self._alloc_dims(a.nd)
+    self._alloc_dims(a.nd, "numpy.ndarray")
     for i in range(a.nd):
         self.dl.shape[i] = a.dimensions[i]
-        self.dl.strides[i] = a.strides[i] // itemsize
+        self.dl.strides[i] = a.strides[i]
     self.dl.data = a.data
     self.dl.device.device_type = kDLCPU
     self._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
     self._base = obj
-    self._finish("numpy.ndarray")
+    self._finish("numpy.ndarray", STRIDES_BYTES, 0, -1)
     return self
 
 

@@ -27,7 +27,7 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
 
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     cdef int i, n = self.dl.ndim
-    cdef Py_ssize_t itemsize = self._itemsize()
+    cdef Py_ssize_t itemsize = self._isz
     if not _host_accessible(self.dl.device.device_type):
         raise BufferError(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                           "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
@@ -53,7 +53,7 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
             self._pydims[n + i] = self.dl.strides[i] * itemsize
     view.buf = self.dl.data
     view.obj = self
-    view.len = self._nbytes()
+    view.len = self._nbytes
     view.itemsize = itemsize
     view.readonly = 1 if self._flags & FLAG_READ_ONLY else 0
     view.ndim = n

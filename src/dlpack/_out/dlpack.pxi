@@ -1,116 +1,96 @@
-# Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules).
+# Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
+# dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (§10).
+# The export block, its deleters and the capsule destructor live in _own.pxi.
 
-cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
-                               size_t *data_at) noexcept nogil:
-    """One export block: the managed struct, shape + strides at 8 bytes, data at 64 bytes."""
-    dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = (dims_at[0] + 2 * ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
-
-
-cdef void *_export(DLPackObject self, bint versioned, bint copy) except NULL:
-    """One malloc holds the managed struct, shape, strides and (for copies) the data."""
-    cdef int ndim = self.dl.ndim
-    cdef size_t dims_at, data_at
-    _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
-                  ndim, &dims_at, &data_at)
-    cdef size_t nbytes = self._nbytes() if copy else 0
-    cdef char *block = <char *>malloc(data_at + nbytes)
-    cdef DLTensor *t
-    cdef DLManagedTensorVersioned *mv
-    cdef DLManagedTensor *ml
-    cdef void *ctx
-    if block == NULL:
-        raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
-    if versioned:
-        mv = <DLManagedTensorVersioned *>block
-        mv.version.major = DLPACK_MAJOR
-        mv.version.minor = DLPACK_MINOR
-        mv.deleter = _versioned_deleter
-        mv.flags = (self._flags & FLAG_SUBBYTE_PADDED) | (
-            FLAG_IS_COPIED if copy else self._flags & FLAG_READ_ONLY)
-        t = &mv.dl_tensor
-    else:
-        ml = <DLManagedTensor *>block
-        ml.deleter = _legacy_deleter
-        t = &ml.dl_tensor
-    t[0] = self.dl
-    t.byte_offset = 0
-    t.shape = <int64_t *>(block + dims_at)
-    t.strides = t.shape + ndim
-    memcpy(t.shape, self.dl.shape, ndim * sizeof(int64_t))
-    if copy:
-        t.data = block + data_at
-        t.device.device_type = kDLCPU
-        t.device.device_id = 0
-        try:
-            _copy_contiguous(<char *>t.data, self, t.strides)
-        except BaseException:
-            free(block)
-            raise
-        ctx = NULL
-    else:
-        memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))
-        ctx = <void *>self
-        Py_INCREF(self)
-    if versioned:
-        mv.manager_ctx = ctx
-    else:
-        ml.manager_ctx = ctx
-    return block
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
     cdef bint versioned = False, do_copy
+    cdef int32_t device_type = self.dl.device.device_type
+    cdef DLDevice target = self.dl.device
     if max_version is not None:
         try:
             versioned = max_version[0] >= 1
-        except (TypeError, IndexError):
+        except (TypeError, IndexError, KeyError):
             raise TypeError(f"__dlpack__: max_version = {max_version!r} is not a "
-                            "(major, minor) tuple")
-    do_copy = (dl_device is not None or copy is not None) and _dlpack_copy_needed(
-        self, dl_device, copy)
-    if self.dl.device.device_type == kDLCPU and stream is None:
-        pass                                        # the common case: nothing to arrange
-    elif _cuda_kind(self.dl.device.device_type):
-        _sync_for(self, stream, do_copy)
-    elif stream is not None and not (_cuda_kind(self.dl.device.device_type) and stream == -1):
-        raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
-                          f"{_device_name(self.dl.device)}")
+                            "(major, minor) tuple") from None
+    if dl_device is not None:
+        _target(self, dl_device, copy, &target)
+    if target.device_type == kDLCUDA and device_type != kDLCUDA:
+        block = _export_to_device(self, versioned, target.device_id, stream)
+    else:
+        do_copy = _export_copy(self, versioned, copy, target.device_type != device_type)
+        if device_type == kDLCPU and stream is None:
+            pass                                        # the common case: nothing to arrange
+        elif _cuda_kind(device_type):
+            _sync_for(self, stream, do_copy)
+        elif device_type == kDLROCM and stream is not None and stream != -1:
+            if self._resync is None:
+                raise BufferError(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
+                                  "streams for this provider; pass stream=None or -1")
+            self._resync.__dlpack__(stream=stream)  # the provider orders itself; capsule dropped
+        elif stream is not None and not (device_type == kDLROCM and stream == -1):
+            raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
+                              f"{_device_name(self.dl.device)}")
+        block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
+        if do_copy and not _host_accessible(device_type):
+            _fill_from_device(self, block, versioned)
+    try:
+        return PyCapsule_New(block, b"dltensor_versioned" if versioned else b"dltensor",
+                             _capsule_destructor)
+    except BaseException:
+        _delete_managed(block, versioned)
+        raise
+
+
+cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint moving) except -1:
+    """Whether an export is a copy: asked for, a move to the host, or read-only data for a
+    legacy consumer (which cannot see READ_ONLY: a private copy unless the user opted in)."""
+    cdef bint do_copy = moving or (copy is not None and bool(copy))
     if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
             and not self._legacy_readonly):
-        raise BufferError(
-            "__dlpack__: the data is read-only and this consumer asked for a legacy "
-            "(unversioned) capsule, which cannot say so. Use a consumer that passes "
-            "max_version >= (1, 0), or opt in with asdlpack(obj, allow_legacy_readonly=True)")
-    block = _export(self, versioned, do_copy)
-    if versioned:
-        return PyCapsule_New(block, b"dltensor_versioned", _versioned_capsule_destructor)
-    return PyCapsule_New(block, b"dltensor", _legacy_capsule_destructor)
+        if copy is not None:
+            raise BufferError(
+                "__dlpack__: the data is read-only and this consumer asked for a legacy "
+                "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
+                "that passes max_version >= (1, 0), allow a copy, or opt in with "
+                "asdlpack(obj, allow_legacy_readonly=True)")
+        do_copy = True
+    if do_copy and not _host_accessible(self.dl.device.device_type) and not (
+            moving and self.dl.device.device_type == kDLCUDA):
+        raise BufferError(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
+                          "in place is not supported; ask for a host copy with "
+                          f"dl_device=({kDLCPU}, 0)")
+    return do_copy
 
-cdef bint _dlpack_copy_needed(DLPackObject self, object dl_device, object copy) except -1:
-    """Decide copy from the array API's dl_device and copy arguments."""
-    cdef bint host = _host_accessible(self.dl.device.device_type)
-    cdef bint moving = False
-    if dl_device is not None:
-        try:
-            dt, did = dl_device
-        except (TypeError, ValueError):
-            raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
-                            "(device_type, device_id) tuple")
-        if dt != self.dl.device.device_type or did != self.dl.device.device_id:
-            if not (dt == kDLCPU and host):
-                raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: cannot move data "
-                                  f"from {_device_name(self.dl.device)} there")
-            moving = True
-    if moving and copy is False:
+
+cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out) except -1:
+    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU."""
+    cdef DLDevice here = self.dl.device
+    try:
+        dt, did = dl_device
+        out.device_type = dt
+        out.device_id = did
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
+                        "(device_type, device_id) tuple of ints") from None
+    if out.device_type == here.device_type and out.device_id == here.device_id:
+        return 0
+    if out.device_type == kDLCPU and (_host_accessible(here.device_type)
+                                      or here.device_type == kDLCUDA):
+        out.device_id = 0
+    elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
+        if out.device_id < 0:
+            raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
+    else:
+        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
+                          f"{_device_name(here)} there (pydlpack copies between the host and "
+                          "a GPU, not between GPUs)")
+    if copy is False:
         raise BufferError(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
-                          f"{_device_name(self.dl.device)}, but copy=False")
-    if (copy or moving) and not host:
-        raise BufferError(f"__dlpack__: copy=True of data on {_device_name(self.dl.device)}"
-                          " is not supported (pydlpack copies host memory only)")
-    if (copy or moving) and self.dl.dtype.bits < 8 and not self._c_contig:
-        raise BufferError(f"__dlpack__: copy of a strided {self.dtype.name} array")
-    return bool(copy) or moving
+                          f"{_device_name(here)}, but copy=False")
+    return 0
+
 
 cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
     from dlpack import _cuda
@@ -119,3 +99,56 @@ cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
     else:
         _cuda.sync_for_consumer(self._stream, stream, self._resync)
     return 0
+
+
+cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
+    """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
+    producer): contiguous data in one copy, strided data as its span, gathered on the host."""
+    from dlpack import _cuda
+    cdef DLTensor *t = _block_tensor(block, versioned)
+    cdef int64_t lo, hi
+    cdef char *span = NULL
+    try:
+        if self._count == 0:
+            return 0
+        if self._c_contig:
+            _cuda.driver().copy_to_host(self.dl.device.device_id, <uintptr_t>t.data,
+                                        <uintptr_t>self.dl.data, self._nbytes)
+            return 0
+        _reach(self, &lo, &hi)
+        span = <char *>malloc(hi - lo)
+        if span == NULL:
+            raise MemoryError(f"__dlpack__: cannot allocate {hi - lo} bytes")
+        _cuda.driver().copy_to_host(self.dl.device.device_id, <uintptr_t>span,
+                                    <uintptr_t>(<char *>self.dl.data + lo), hi - lo)
+        _gather(<char *>t.data, span - lo, self)
+    except BaseException:
+        free(block)
+        raise
+    finally:
+        free(span)
+    return 0
+
+
+cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_id,
+                             object stream) except NULL:
+    """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
+    the capsule's deleter runs. The copy is synchronous: any consumer stream may use it."""
+    from dlpack import _cuda
+    cdef char *staging = NULL
+    cdef const char *src = <const char *>self.dl.data
+    if stream is not None and (type(stream) is bool or not isinstance(stream, int)):
+        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int")
+    owner = _cuda.DeviceCopy(device_id, self._nbytes)
+    try:
+        if self._count and not self._c_contig:
+            staging = <char *>malloc(self._nbytes)
+            if staging == NULL:
+                raise MemoryError(f"__dlpack__: cannot allocate {self._nbytes} bytes")
+            _gather(staging, src, self)
+            src = staging
+        if self._count:
+            _cuda.driver().copy_to_device(device_id, owner.ptr, <uintptr_t>src, self._nbytes)
+    finally:
+        free(staging)
+    return _export(self, versioned, EXPORT_DEVICE_COPY, owner)

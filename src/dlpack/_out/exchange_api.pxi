@@ -1,118 +1,50 @@
 # Consumer side: DLPack 1.3's C exchange API (__dlpack_c_exchange_api__ on the type).
+# Deleters and the export block are in _own.pxi.
 
 
-cdef extern from "Python.h":
-    int PyGILState_Check() nogil
-    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
-
-
-cdef void _drop_context(void *ctx) noexcept nogil:
-    """Release the DLPackObject an export holds; after interpreter shutdown, leave it."""
-    if ctx == NULL or not Py_IsInitialized():
-        return
-    if PyGILState_Check():              # the usual case: a Python consumer frees it
-        _decref_held(<PyObject *>ctx)
-    else:
-        with gil:
-            Py_XDECREF(<PyObject *>ctx)
-
-
-cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:
-    if m != NULL:
-        _drop_context(m.manager_ctx)
-        free(m)
-
-
-cdef void _legacy_deleter(DLManagedTensor *m) noexcept nogil:
-    if m != NULL:
-        _drop_context(m.manager_ctx)
-        free(m)
-
-
-cdef extern from "Python.h":
-    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
-    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
-
-
-cdef void _versioned_capsule_destructor(object capsule) noexcept:
-    cdef PyObject *et, *ev, *tb
-    cdef DLManagedTensorVersioned *m
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):      # still unused: ours to free
-        PyErr_Fetch(&et, &ev, &tb)
-        m = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
-        m.deleter(m)
-        PyErr_Restore(et, ev, tb)
-
-
-cdef void _legacy_capsule_destructor(object capsule) noexcept:
-    cdef PyObject *et, *ev, *tb
-    cdef DLManagedTensor *m
-    if PyCapsule_IsValid(capsule, b"dltensor"):
-        PyErr_Fetch(&et, &ev, &tb)
-        m = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
-        m.deleter(m)
-        PyErr_Restore(et, ev, tb)
-
-
-cdef int _copy_contiguous(char *dst, DLPackObject src, int64_t *out_strides) except -1:
-    """Copy src's elements into dst in C order; write C-contiguous element strides."""
-    cdef int ndim = src.dl.ndim, i
-    cdef Py_ssize_t itemsize = src._itemsize()
-    cdef int64_t size = src._size(), n
-    cdef int64_t *idx
-    cdef char *p
-    src._c_strides(out_strides)
-    if size == 0:
-        return 0
-    if src._c_contig:
-        memcpy(dst, src.dl.data, src._nbytes())
-        return 0
-    idx = <int64_t *>calloc(ndim, sizeof(int64_t))
-    if idx == NULL:
-        raise MemoryError()
-    for n in range(size):
-        p = <char *>src.dl.data
-        for i in range(ndim):
-            p += idx[i] * src.dl.strides[i] * itemsize
-        memcpy(dst, p, itemsize)
-        dst += itemsize
-        i = ndim - 1
-        while i >= 0:
-            idx[i] += 1
-            if idx[i] < src.dl.shape[i]:
-                break
-            idx[i] = 0
-            i -= 1
-    free(idx)
-    return 0
-
-
-# -- the five functions of DLPackExchangeAPI -----------------------------------------------------
-
-cdef void _free_block(DLManagedTensorVersioned *m) noexcept nogil:
-    free(m)
+cdef inline void _set_error(DLPackSetError set_error, void *ctx, const char *kind,
+                            const char *message) noexcept nogil:
+    if set_error != NULL:
+        set_error(ctx, kind, message)
 
 
 cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                         DLPackSetError set_error) noexcept nogil:
     """A new C-contiguous CPU tensor shaped like proto, freed by its deleter."""
-    cdef int i, ndim = proto.ndim
-    cdef int64_t size = 1
+    cdef int i, ndim
+    cdef int64_t count, nbytes, itemsize
+    cdef bint packed
     cdef size_t dims_at, data_at
     cdef char *block
     cdef DLManagedTensorVersioned *m
-    if proto.device.device_type != kDLCPU or ndim < 0 or ndim > 64:
-        set_error(error_ctx, b"BufferError", b"pydlpack allocates CPU tensors of ndim <= 64 only")
+    cdef SizeError err
+    if proto == NULL or out == NULL:
+        _set_error(set_error, error_ctx, b"ValueError", b"pydlpack allocator: NULL prototype or output")
         return -1
+    ndim = proto.ndim
+    if proto.device.device_type != kDLCPU or ndim < 0 or ndim > MAX_NDIM:
+        _set_error(set_error, error_ctx, b"BufferError",
+                  b"pydlpack allocates CPU tensors of 0 to 1024 dimensions only")
+        return -1
+    if ndim > 0 and proto.shape == NULL:
+        _set_error(set_error, error_ctx, b"ValueError", b"pydlpack allocator: prototype shape is NULL")
+        return -1
+    err = _item_storage(proto.dtype, False, &itemsize, &packed)
+    if err == SIZE_OK:
+        err = _element_count(ndim, proto.shape, &count)
+    if err == SIZE_OK:
+        err = _byte_size(count, proto.dtype, itemsize, packed, &nbytes)
     _block_layout(sizeof(DLManagedTensorVersioned), ndim, &dims_at, &data_at)
-    for i in range(ndim):
-        if proto.shape[i] < 0:
-            set_error(error_ctx, b"ValueError", b"negative extent in prototype shape")
-            return -1
-        size *= proto.shape[i]
-    block = <char *>malloc(data_at + <size_t>((size * proto.dtype.bits * proto.dtype.lanes + 7) // 8))
+    if err == SIZE_OK and <uint64_t>nbytes > <uint64_t>INT64_MAX - data_at:
+        err = SIZE_OVERFLOW
+    if err:
+        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: the prototype's dtype or "
+                  b"shape is invalid (zero bits, negative extent, or more bytes than memory "
+                  b"can hold)")
+        return -1
+    block = <char *>malloc(data_at + <size_t>nbytes)
     if block == NULL:
-        set_error(error_ctx, b"MemoryError", b"pydlpack: out of memory allocating a tensor")
+        _set_error(set_error, error_ctx, b"MemoryError", b"pydlpack: out of memory allocating a tensor")
         return -1
     m = <DLManagedTensorVersioned *>block
     m.version.major = DLPACK_MAJOR
@@ -125,43 +57,66 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)
     m.dl_tensor.strides = m.dl_tensor.shape + ndim
-    size = 1
-    for i in range(ndim - 1, -1, -1):
+    for i in range(ndim):
         m.dl_tensor.shape[i] = proto.shape[i]
-        m.dl_tensor.strides[i] = size
-        size *= proto.shape[i]
+    _c_strides(ndim, m.dl_tensor.shape, m.dl_tensor.strides)
     out[0] = m
     return 0
 
 
 cdef int _api_check(void *obj) except -1:
+    if obj == NULL:
+        raise TypeError("__dlpack_c_exchange_api__: got NULL, not a DLPackObject")
     if type(<object>obj) is not DLPackObject:
-        raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__}, "
+        raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__} object, "
                         "not a DLPackObject")
     return 0
 
 
 cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
     _api_check(obj)
-    out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, False)
+    _ready_on_work_stream(<DLPackObject>obj)
+    out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, EXPORT_VIEW)
+    return 0
+
+
+cdef int _ready_on_work_stream(DLPackObject self) except -1:
+    """CUDA data is ready on the stream current_work_stream names (the legacy default one):
+    queue the producer's pending work before it (an event wait; the host does not block)."""
+    if _cuda_kind(self.dl.device.device_type):
+        _sync_for(self, None, False)
     return 0
 
 
 cdef int _api_to_py(DLManagedTensorVersioned *m, void **out) except -1:
-    obj = _adopt(m, True, None, "__dlpack_c_exchange_api__")
+    if out == NULL:
+        raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
+    obj = _adopt(m, True, None, "__dlpack_c_exchange_api__")      # NULL m: BufferError
     Py_INCREF(obj)
     out[0] = <PyObject *>obj
     return 0
 
 
 cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
+    """A non-owning view; a bare DLTensor has no flags, so read-only data needs the opt-in."""
     _api_check(obj)
-    out[0] = (<DLPackObject>obj).dl
+    if out == NULL:
+        raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
+    cdef DLPackObject self = <DLPackObject>obj
+    if self._flags & FLAG_READ_ONLY and not self._legacy_readonly:
+        raise BufferError("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
+                          "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
+                          "with asdlpack(obj, allow_legacy_readonly=True)")
+    _ready_on_work_stream(self)
+    out[0] = self.dl
     return 0
 
 
-cdef int _api_stream(int32_t device_type, int32_t device_id, void **out) noexcept:
-    out[0] = NULL           # CPU needs none; on CUDA, the legacy default stream
+cdef int _api_stream(c_DLDeviceType device_type, int32_t device_id, void **out) noexcept:
+    """The stream our CUDA exports are ready on: the legacy default stream (CU_STREAM_LEGACY);
+    CPU needs none."""
+    if out != NULL:
+        out[0] = <void *>1 if _cuda_kind(device_type) else NULL           # CPU needs none; on CUDA, the legacy default stream
     return 0
 
 

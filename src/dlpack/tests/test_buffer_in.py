@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from dlpack import DLDeviceType, asdlpack
+from dlpack import DLDeviceType, asdlpack, todict
 from dlpack.tests.helpers import CONSUMERS, check_exchange, lib
 
 np = lib("numpy")
@@ -40,10 +40,15 @@ def test_bytes_is_readonly_for_numpy_and_same_address():
     assert a.ctypes.data == dl.data_ptr == np.frombuffer(b, np.uint8).ctypes.data
 
 
-def test_legacy_export_of_bytes_refused():
+def test_legacy_export_of_bytes_is_a_private_copy():
+    """A legacy consumer cannot see READ_ONLY: copy=None copies, copy=False refuses (§4)."""
+    b = b"abc"
+    private = todict(asdlpack(b).__dlpack__())
+    assert private["data"] != asdlpack(b).data_ptr
     with pytest.raises(BufferError, match="read-only"):
-        asdlpack(b"abc").__dlpack__()
-    assert asdlpack(b"abc", allow_legacy_readonly=True).__dlpack__() is not None
+        asdlpack(b).__dlpack__(copy=False)
+    shared = todict(asdlpack(b, allow_legacy_readonly=True).__dlpack__(copy=False))
+    assert shared["data"] == asdlpack(b).data_ptr
 
 
 @pytest.mark.parametrize("code", array.typecodes)

@@ -103,11 +103,16 @@ def test_to_pointer_c_takes_ownership(clib):
     assert clib.sum_and_free_legacy(dlc.to_pointer(a, versioned=False)) == 45.0
 
 
-def test_to_pointer_readonly_needs_versioned():
-    with pytest.raises(BufferError, match="read-only"):
-        dlc.to_pointer(b"abc", versioned=False)
-    p = dlc.to_pointer(b"abc")
+def test_to_pointer_readonly_legacy_is_a_private_copy():
+    """An unversioned struct cannot carry READ_ONLY: the C receiver gets its own copy."""
+    b = b"abc"
+    legacy = dlc.to_pointer(b, versioned=False)
+    assert legacy.contents.dl_tensor.data != asdlpack(b).data_ptr
+    assert ctypes.string_at(legacy.contents.dl_tensor.data, 3) == b
+    legacy.contents.deleter(legacy)
+    p = dlc.to_pointer(b)
     assert p.contents.flags & dlc.FLAG_BITMASK_READ_ONLY
+    assert p.contents.dl_tensor.data == asdlpack(b).data_ptr
     p.contents.deleter(p)
 
 

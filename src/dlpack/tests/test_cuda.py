@@ -18,6 +18,7 @@ class FakeDriver:
 
     def __init__(self):
         self.calls = []
+        self.memory = {}
 
     def pointer_attributes(self, ptr):
         self.calls.append(("pointer_attributes", ptr))
@@ -32,6 +33,25 @@ class FakeDriver:
 
     def stream_synchronize(self, stream):
         self.calls.append(("stream_synchronize", stream))
+
+    # "Device" memory is host memory here, so copies move real bytes the tests can check.
+    def copy_to_host(self, device_id, dst, src, nbytes):
+        self.calls.append(("copy_to_host", device_id, src, nbytes))
+        ctypes.memmove(dst, src, nbytes)
+
+    def copy_to_device(self, device_id, dst, src, nbytes):
+        self.calls.append(("copy_to_device", device_id, dst, nbytes))
+        ctypes.memmove(dst, src, nbytes)
+
+    def alloc(self, device_id, nbytes):
+        buf = ctypes.create_string_buffer(nbytes)
+        self.memory[ctypes.addressof(buf)] = buf
+        self.calls.append(("alloc", device_id, nbytes))
+        return ctypes.addressof(buf)
+
+    def free(self, device_id, ptr):
+        self.calls.append(("free", device_id, ptr))
+        del self.memory[ptr]
 
 
 @pytest.fixture
@@ -109,10 +129,12 @@ def test_cai_out_and_cpu_protocols_absent(fake):
     assert not hasattr(dl, "__array_interface__")
     with pytest.raises(BufferError, match="kDLCUDA:1"):
         memoryview(dl)
-    with pytest.raises(BufferError, match="copy"):
-        dl.__dlpack__(max_version=(1, 0), copy=True)
-    with pytest.raises(BufferError, match="cannot move"):
-        dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+    with pytest.raises(BufferError, match="dl_device"):
+        dl.__dlpack__(max_version=(1, 0), copy=True)      # an in-place device copy: refused
+    with pytest.raises(BufferError, match="between GPUs"):
+        dl.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    with pytest.raises(BufferError, match="copy=False"):
+        dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0), copy=False)
 
 
 def test_host_copy_of_pinned_memory_synchronises_first(fake):
@@ -217,3 +239,91 @@ def test_cpu_work_never_loads_the_driver():
             "memoryview(dlpack.asdlpack(np.arange(3)))\n"
             "assert 'dlpack._cuda' not in sys.modules, 'driver layer imported'\n")
     run_clean(code)
+
+
+def _device_array(fake, values, shape, strides=None, stream=7):
+    """A CAI object over host memory the fake driver reports as device memory."""
+    mem = (ctypes.c_float * len(values))(*values)
+    fake.memory[ctypes.addressof(mem)] = mem
+    obj = CAI(ctypes.addressof(mem), stream=stream)
+    obj.__cuda_array_interface__.update(shape=shape, strides=strides)
+    return obj, ctypes.addressof(mem)
+
+
+def test_device_to_host_copy_is_ordered_owned_and_flagged(fake):
+    obj, ptr = _device_array(fake, range(6), (2, 3))
+    dl = asdlpack(obj)
+    fake.calls.clear()
+    capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+    info = todict(capsule)
+    assert fake.calls == [("stream_synchronize", 7), ("copy_to_host", 1, ptr, 24)]
+    assert info["device"] == (DLDeviceType.kDLCPU, 0) and info["flags"] & 2     # IS_COPIED
+    assert info["data"] != ptr and info["strides"] == (3, 1)
+    assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
+    np = pytest.importorskip("numpy")
+    assert np.from_dlpack(dl, device="cpu").tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_device_to_host_copy_of_strided_data_gathers_the_span(fake):
+    obj, ptr = _device_array(fake, range(12), (3, 2), strides=(4, -8))
+    obj.__cuda_array_interface__["data"] = (ptr + 8, False)     # element [i, j] at 8 + 4i - 8j
+    dl = asdlpack(obj)
+    fake.calls.clear()
+    info = todict(dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
+    # elements at byte offsets 8 + 4*i - 8*j from ptr: i in 0..2, j in 0..1 -> span [0, 20)
+    assert fake.calls == [("stream_synchronize", 7), ("copy_to_host", 1, ptr, 20)]
+    got = list((ctypes.c_float * 6).from_address(info["data"]))
+    assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
+
+
+def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
+    b = bytes(range(8))
+    capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
+    info = todict(capsule)
+    ptr = info["data"]
+    assert fake.calls == [("alloc", 1, 8), ("copy_to_device", 1, ptr, 8)]
+    assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
+    assert ctypes.string_at(ptr, 8) == b
+    del capsule                                  # never consumed: the destructor frees it
+    assert fake.calls[-1] == ("free", 1, ptr) and not fake.memory
+
+
+def test_host_to_device_copy_of_strided_data(fake):
+    np = pytest.importorskip("numpy")
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)[::2, ::-1]
+    info = todict(asdlpack(a).__dlpack__(max_version=(1, 0), dl_device=(2, 0)))
+    assert info["strides"] == (4, 1) and fake.calls[0] == ("alloc", 0, 16)
+    got = np.frombuffer(ctypes.string_at(info["data"], 16), np.int16).reshape(2, 4)
+    assert got.tolist() == a.tolist()
+
+
+def test_per_thread_default_stream_served_for_providers_that_refuse_it(fake):
+    p = CudaProducer()
+    dl = asdlpack(p)
+    dl.__dlpack__(stream=2, max_version=(1, 0))
+    assert p.streams == [None, 1]          # the legacy default stream orders stream 2 too
+
+
+def test_exchange_api_cuda_work_stream_and_ordering(fake):
+    """C consumers launch on current_work_stream; our CUDA exports are ready on it."""
+    from dlpack import DLPackObject
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    base = get(DLPackObject.__dlpack_c_exchange_api__, b"dlpack_exchange_api")
+    slot = ctypes.c_void_p.from_address(base + 16 + 4 * ctypes.sizeof(ctypes.c_void_p))
+    stream_fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32,
+                                 ctypes.POINTER(ctypes.c_void_p))(slot.value)
+    out = ctypes.c_void_p(99)
+    assert stream_fn(2, 0, ctypes.byref(out)) == 0 and out.value == 1     # CU_STREAM_LEGACY
+    assert stream_fn(1, 0, ctypes.byref(out)) == 0 and out.value is None
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(
+        ctypes.POINTER(dlc.DLManagedTensorVersioned)))(
+        ctypes.c_void_p.from_address(base + 16 + ctypes.sizeof(ctypes.c_void_p)).value)
+    dl = asdlpack(CAI(stream=7))
+    fake.calls.clear()
+    m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
+    assert from_py(dl, ctypes.byref(m)) == 0
+    assert fake.calls == [("stream_wait", 7, 1)]
+    m.contents.deleter(m)

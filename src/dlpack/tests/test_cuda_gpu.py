@@ -70,3 +70,25 @@ def test_no_leak_on_gpu():
         torch.from_dlpack(asdlpack(t))
     gc.collect()
     assert torch.cuda.memory_allocated() == before
+
+
+def test_device_to_host_copies_for_dlpack_and_cai_only_providers():
+    np = pytest.importorskip("numpy")
+    t = torch.arange(12, device="cuda", dtype=torch.float32).reshape(3, 4)
+    for provider in (t, _CAIView(t, torch.cuda.current_stream())):
+        host = np.from_dlpack(asdlpack(provider), device="cpu")
+        assert host.tolist() == t.cpu().tolist()
+    strided = t[:, ::-2]
+    host = np.from_dlpack(asdlpack(_CAIView(strided, torch.cuda.current_stream())),
+                          device="cpu")
+    assert host.tolist() == strided.cpu().tolist()
+
+
+def test_host_to_device_copy_and_per_thread_stream():
+    b = bytes(range(16))
+    capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 0), stream=1)
+    x = torch.from_dlpack(capsule)
+    assert x.is_cuda and x.cpu().tolist() == list(b)
+    t = torch.ones(8, device="cuda")
+    y = torch.utils.dlpack.from_dlpack(asdlpack(t).__dlpack__(stream=2))
+    assert y.data_ptr() == t.data_ptr()

@@ -52,14 +52,18 @@ def test_torch_layouts(make):
         assert a.ctypes.data == t.data_ptr()
 
 
-def test_torch_requires_grad_is_detached_like_torchs_c_api():
+def test_torch_refusals_kept_on_the_fast_path():
+    """torch's C API would export these; its __dlpack__ refuses them, and so do we (§4)."""
     torch = lib("torch")
     t = torch.ones(3, requires_grad=True)
-    dl = asdlpack(t)             # torch's C exchange API exports it detached
-    back = torch.from_dlpack(dl)
-    assert not back.requires_grad and back.data_ptr() == t.data_ptr()
-    with pytest.raises((RuntimeError, BufferError), match="grad"):
-        t.__dlpack__()           # torch's Python path refuses; we do not take it for CPU
+    with pytest.raises(BufferError, match="gradient"):
+        asdlpack(t)
+    assert torch.from_dlpack(asdlpack(t.detach())).data_ptr() == t.data_ptr()
+    z = torch.tensor([1 + 2j, 3 - 4j])
+    with pytest.raises(BufferError, match="conjugate"):
+        asdlpack(z.conj())
+    with pytest.raises(BufferError, match="resolve_neg"):
+        asdlpack(torch._neg_view(z.real.contiguous()))
 
 
 def test_torch_raw_legacy_capsule_to_jax():
@@ -196,8 +200,9 @@ def test_readonly_flag_preserved_through_reexport():
     dl = asdlpack(a)
     assert dl.readonly
     assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & 1
+    assert todict(dl.__dlpack__())["data"] != a.ctypes.data     # legacy: a private copy
     with pytest.raises(BufferError, match="read-only"):
-        dl.__dlpack__()
+        dl.__dlpack__(copy=False)
 
 
 def test_provider_dropped_before_consumer():

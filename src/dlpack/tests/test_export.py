@@ -27,14 +27,16 @@ def test_bad_max_version():
         asdlpack(bytearray(1)).__dlpack__(max_version=3)
 
 
-def test_readonly_travels_and_legacy_refused():
-    dl = asdlpack(b"abc")
+def test_readonly_travels_and_legacy_consumers_get_a_copy():
+    b = b"abc"
+    dl = asdlpack(b)
     assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & FLAG_BITMASK_READ_ONLY
     with pytest.raises(BufferError, match="allow_legacy_readonly"):
-        dl.__dlpack__()
+        dl.__dlpack__(copy=False)
     tf = lib("tensorflow")
-    with pytest.raises(BufferError):
-        tf.experimental.dlpack.from_dlpack(dl.__dlpack__())
+    t = tf.experimental.dlpack.from_dlpack(dl.__dlpack__())
+    assert bytes(t.numpy()) == b
+    assert todict(tf.experimental.dlpack.to_dlpack(t))["data"] != dl.data_ptr
 
 
 def test_copy_true_is_a_real_copy_of_strided_data():
@@ -76,7 +78,9 @@ def test_copy_false_and_dl_device():
     dl = asdlpack(bytearray(4))
     assert dl.__dlpack__(copy=False, dl_device=(1, 0)) is not None
     with pytest.raises(BufferError, match="cannot move"):
-        dl.__dlpack__(dl_device=(2, 0))
+        dl.__dlpack__(dl_device=(10, 0))
+    with pytest.raises(BufferError, match="copy=False"):
+        dl.__dlpack__(dl_device=(2, 0), copy=False)
     with pytest.raises(TypeError, match="dl_device"):
         dl.__dlpack__(dl_device="cpu")
 

@@ -1,0 +1,244 @@
+# Ownership: adopting a producer's managed tensor, the export block we hand out, its deleters,
+# the one capsule destructor for both capsule names, and the copy routine.
+
+
+cdef extern from "Python.h":
+    int PyGILState_Check() nogil
+    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
+    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
+    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+
+cdef extern from "string.h":
+    int strcmp(const char *, const char *) nogil
+
+
+# -- producers' tensors we own ------------------------------------------------------------------
+
+cdef void _delete_managed(void *m, bint versioned) noexcept:
+    """Hand a producer's struct back to it: call its deleter (NULL means nothing to free)."""
+    if versioned:
+        if (<DLManagedTensorVersioned *>m).deleter != NULL:
+            (<DLManagedTensorVersioned *>m).deleter(<DLManagedTensorVersioned *>m)
+    elif (<DLManagedTensor *>m).deleter != NULL:
+        (<DLManagedTensor *>m).deleter(<DLManagedTensor *>m)
+
+
+cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
+    """Own a producer's managed tensor from here on; its deleter runs when the view dies.
+
+    A struct of a newer major version is not read (its layout may differ): its deleter runs
+    and BufferError is raised. An unversioned struct cannot say whether its memory may be
+    written, so it is read-only unless the caller declares otherwise (asdlpack's
+    ``legacy_writable``).
+    """
+    cdef DLPackObject self
+    cdef DLTensor *t
+    cdef DLManagedTensorVersioned *mv = <DLManagedTensorVersioned *>m
+    cdef uintptr_t data
+    if m == NULL:
+        raise BufferError(f"{protocol}: the managed tensor pointer is NULL")
+    self = _new_object()
+    self._managed = m                   # from here on, dropping self calls the deleter once
+    self._managed_versioned = versioned
+    self._base = base
+    if versioned:
+        if mv.version.major > DLPACK_MAJOR:
+            raise BufferError(f"{protocol}: field 'version' = {mv.version.major}."
+                              f"{mv.version.minor} has a newer major version than this pydlpack "
+                              f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
+        t = &mv.dl_tensor
+        self._flags = mv.flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+    else:
+        t = &(<DLManagedTensor *>m).dl_tensor
+        self._flags = FLAG_READ_ONLY
+        self._legacy_import = True
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    self._alloc_dims(t.ndim, protocol)
+    memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
+    if t.strides != NULL:
+        memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
+    data = <uintptr_t>t.data
+    if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
+        raise BufferError(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
+                          f"pointer {data:#x} outside the address space")
+    self.dl.data = <void *>(data + t.byte_offset)
+    self.dl.device = t.device
+    self.dl.dtype = t.dtype
+    if _cuda_kind(t.device.device_type):
+        self._stream = 1        # the producer synchronised to the legacy default stream for us
+    self._finish(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
+    return self
+
+
+# -- the export block: one allocation per exported tensor ---------------------------------------
+
+cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
+                               size_t *data_at) noexcept nogil:
+    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 64 bytes."""
+    dims_at[0] = (head + 7) & ~(<size_t>7)
+    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+
+
+cdef enum Export:
+    EXPORT_VIEW             # the tensor views self's memory and holds self
+    EXPORT_HOST_COPY        # the data is a copy inside the block (filled from host memory here;
+                            # from device memory by the caller, _fill_from_device)
+    EXPORT_DEVICE_COPY      # the data is owner's device memory (a _cuda.DeviceCopy it holds)
+
+
+cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
+    if versioned:
+        return &(<DLManagedTensorVersioned *>block).dl_tensor
+    return &(<DLManagedTensor *>block).dl_tensor
+
+
+cdef void *_export(DLPackObject self, bint versioned, Export kind,
+                   object owner=None) except NULL:
+    """One malloc holds the managed struct, shape, strides and (host copies) the data."""
+    cdef int ndim = self.dl.ndim
+    cdef size_t dims_at, data_at
+    _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
+                  ndim, &dims_at, &data_at)
+    cdef size_t nbytes = <size_t>self._nbytes if kind == EXPORT_HOST_COPY else 0
+    cdef char *block
+    cdef DLTensor *t
+    cdef DLManagedTensorVersioned *mv
+    if nbytes > <size_t>INT64_MAX - data_at:
+        raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
+    block = <char *>malloc(data_at + nbytes)
+    if block == NULL:
+        raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
+    if versioned:
+        mv = <DLManagedTensorVersioned *>block
+        mv.version.major = DLPACK_MAJOR
+        mv.version.minor = DLPACK_MINOR
+        mv.deleter = _versioned_deleter
+        mv.flags = (self._flags & FLAG_SUBBYTE_PADDED) | (
+            self._flags & FLAG_READ_ONLY if kind == EXPORT_VIEW else FLAG_IS_COPIED)
+    else:
+        (<DLManagedTensor *>block).deleter = _legacy_deleter
+    t = _block_tensor(block, versioned)
+    t[0] = self.dl
+    t.byte_offset = 0
+    t.shape = <int64_t *>(block + dims_at)
+    t.strides = t.shape + ndim
+    memcpy(t.shape, self.dl.shape, ndim * sizeof(int64_t))
+    if kind == EXPORT_VIEW:
+        memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))
+        owner = self
+    else:
+        _c_strides(ndim, self.dl.shape, t.strides)
+    if kind == EXPORT_HOST_COPY:
+        t.data = block + data_at
+        t.device.device_type = kDLCPU
+        t.device.device_id = 0
+        if _host_accessible(self.dl.device.device_type):
+            _gather(<char *>t.data, <const char *>self.dl.data, self)
+    elif kind == EXPORT_DEVICE_COPY:
+        t.data = <void *><uintptr_t>owner.ptr
+        t.device.device_type = kDLCUDA
+        t.device.device_id = owner.device_id
+    if owner is not None:
+        Py_INCREF(owner)
+    if versioned:
+        mv.manager_ctx = <void *>owner if owner is not None else NULL
+    else:
+        (<DLManagedTensor *>block).manager_ctx = <void *>owner if owner is not None else NULL
+    return block
+
+
+cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
+    """Copy src's elements, addressed from data with src's strides, into dst in C order.
+
+    Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
+    loop moves whole items of src._isz bytes.
+    """
+    cdef int ndim = src.dl.ndim, i
+    cdef int64_t n
+    cdef int64_t idx[MAX_NDIM]
+    cdef const char *p = data
+    if src._count == 0:
+        return
+    if src._c_contig:
+        memcpy(dst, data, src._nbytes)
+        return
+    for i in range(ndim):
+        idx[i] = 0
+    for n in range(src._count):
+        memcpy(dst, p, src._isz)
+        dst += src._isz
+        i = ndim - 1
+        while i >= 0:       # odometer; p never leaves the range _finish checked for overflow
+            if idx[i] + 1 < src.dl.shape[i]:
+                idx[i] += 1
+                p += src.dl.strides[i] * src._isz
+                break
+            p -= (src.dl.shape[i] - 1) * src.dl.strides[i] * src._isz
+            idx[i] = 0
+            i -= 1
+
+
+cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
+    """Lowest and one-past-highest byte offset from data that an element occupies (non-empty
+    arrays; _finish checked that none of this overflows)."""
+    cdef int i
+    cdef int64_t step
+    lo[0] = 0
+    hi[0] = self._isz
+    for i in range(self.dl.ndim):
+        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._isz
+        if step < 0:
+            lo[0] += step
+        else:
+            hi[0] += step
+
+
+# -- deleters and the capsule destructor ---------------------------------------------------------
+
+cdef void _drop_context(void *ctx) noexcept nogil:
+    """Release the DLPackObject an export holds; after interpreter shutdown, leave it."""
+    if ctx == NULL or not Py_IsInitialized():
+        return
+    if PyGILState_Check():              # the usual case: a Python consumer frees it
+        _decref_held(<PyObject *>ctx)
+    else:
+        with gil:
+            Py_XDECREF(<PyObject *>ctx)
+
+
+cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:
+    if m != NULL:
+        _drop_context(m.manager_ctx)
+        free(m)
+
+
+cdef void _legacy_deleter(DLManagedTensor *m) noexcept nogil:
+    if m != NULL:
+        _drop_context(m.manager_ctx)
+        free(m)
+
+
+cdef void _free_block(DLManagedTensorVersioned *m) noexcept nogil:
+    free(m)
+
+
+cdef void _capsule_destructor(object capsule) noexcept:
+    """Free an export nobody consumed: only while the capsule keeps its unused name."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    cdef const char *name = PyCapsule_GetName(capsule)
+    cdef void *m
+    if name == NULL:
+        return
+    PyErr_Fetch(&et, &ev, &tb)
+    if strcmp(name, b"dltensor_versioned") == 0:
+        m = PyCapsule_GetPointer(capsule, name)
+        if m != NULL:
+            _delete_managed(m, True)
+    elif strcmp(name, b"dltensor") == 0:
+        m = PyCapsule_GetPointer(capsule, name)
+        if m != NULL:
+            _delete_managed(m, False)
+    PyErr_Restore(et, ev, tb)

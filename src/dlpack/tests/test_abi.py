@@ -1,0 +1,61 @@
+"""The vendored dlpack.h is the one source of the ABI: _types, dlpack.ctypes and the core agree."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+
+import pytest
+
+import dlpack
+import dlpack.ctypes as dlc
+from dlpack import _core, _types
+
+HEADER = os.path.join(os.path.dirname(dlpack.__file__), "include", "dlpack", "dlpack.h")
+
+
+def header() -> str:
+    if not os.path.exists(HEADER):
+        pytest.skip(f"{HEADER} is not installed")
+    with open(HEADER) as f:
+        return f.read()
+
+
+def enum_values(name: str) -> dict[str, int]:
+    """The members of a C enum in dlpack.h (explicit values, or counting on from the last)."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*|^#[^\n]*", "", header(), flags=re.S | re.M)
+    end = re.search(r"\}\s*" + name + ";", text)
+    assert end, name
+    text = text[text.rindex("{", 0, end.start()) + 1:end.start()]
+    values, nxt = {}, 0
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, _, value = (p.strip() for p in item.partition("="))
+        nxt = int(value.rstrip("Uu"), 0) if value else nxt
+        values[key] = nxt
+        nxt += 1
+    return values
+
+
+def test_version_and_flags_match_the_header():
+    text = header()
+    major = int(re.search(r"#define DLPACK_MAJOR_VERSION (\d+)", text).group(1))
+    minor = int(re.search(r"#define DLPACK_MINOR_VERSION (\d+)", text).group(1))
+    assert _types.DLPACK_VERSION == (major, minor) == _core._abi_layout()["version"]
+    assert _core._abi_layout()["flags"] == (
+        _types.FLAG_BITMASK_READ_ONLY, _types.FLAG_BITMASK_IS_COPIED,
+        _types.FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
+
+
+@pytest.mark.parametrize(("enum", "name"), [(_types.DLDeviceType, "DLDeviceType"),
+                                            (_types.DLDataTypeCode, "DLDataTypeCode")])
+def test_enums_match_the_header(enum, name):
+    assert {m.name: int(m) for m in enum} == enum_values(name)
+
+
+@pytest.mark.parametrize("struct", ["DLTensor", "DLManagedTensor", "DLManagedTensorVersioned"])
+def test_ctypes_structures_match_the_compiled_header(struct):
+    size, offsets = _core._abi_layout()[struct]
+    cls = getattr(dlc, struct)
+    assert ctypes.sizeof(cls) == size
+    assert {name: getattr(cls, name).offset for name in offsets} == offsets
