@@ -328,6 +328,17 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
 
 
+LEGACY_CONSUMERS = ("jax", "tensorflow")     # call __dlpack__ without max_version
+
+
+def _legacy_export_copies(dl) -> bool:
+    """Whether a legacy (no max_version) export of ``dl`` points at other memory: a copy."""
+    try:
+        return todict(dl.__dlpack__())["data"] != dl.data_ptr
+    except Exception:
+        return False
+
+
 def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
     """One exchange; None when the provider cannot make this dtype."""
     try:
@@ -350,7 +361,10 @@ def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
         return Cell(provider, consumer, name, "wrong", f"got {got}")
     if _address(result) != dl.data_ptr:
         why = "consumer copied"
-        if consumer == "jax" and dl.data_ptr % 64:
+        if dl.readonly and consumer in LEGACY_CONSUMERS and _legacy_export_copies(dl):
+            why = ("read-only data to a legacy (unversioned) consumer, which cannot see READ_ONLY: "
+                   "pydlpack hands it a private copy")
+        elif consumer == "jax" and dl.data_ptr % 64:
             why = "JAX copies CPU data that is not 64-byte aligned"
         return Cell(provider, consumer, name, "copy", why)
     if dl.readonly:
