@@ -161,12 +161,22 @@ cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=N
             "hold (the byte size overflows 64 bits)")
 
 
-cdef object _MAKER = object()          # only _new_object holds it: users cannot make objects
+cdef bint _making = False              # True only inside _new_object
 
 
 cdef inline DLPackObject _new_object():
-    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty)."""
-    return DLPackObject.__new__(DLPackObject, _MAKER)
+    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty).
+
+    The flag is restored, not cleared, so a finalizer that makes an object while this one is
+    being allocated leaves it set for us.
+    """
+    global _making
+    cdef bint outer = _making
+    _making = True
+    try:
+        return DLPackObject.__new__(DLPackObject)
+    finally:
+        _making = outer
 
 
 @cython.final
@@ -199,9 +209,9 @@ cdef class DLPackObject:
     cdef object _shape_t
     cdef object __weakref__
 
-    def __cinit__(self, maker=None):
+    def __cinit__(self):
         self.dl.shape = self._inline
-        if maker is not _MAKER:
+        if not _making:
             raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
 
     def __init__(self, *args, **kwargs):
