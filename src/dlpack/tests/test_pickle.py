@@ -3,6 +3,7 @@ nothing in the stream; real engines (multiprocessing, Dask distributed, Ray) mov
 library through it."""
 
 import ctypes
+import os
 import pickle
 
 import pytest
@@ -184,3 +185,164 @@ def test_forged_stream_raises_buffer_error():
 
     with pytest.raises(BufferError, match="reaches outside"):
         pickle.loads(pickle.dumps(Forged(), 5))
+
+
+# -- real engines: each cluster starts once per module; spawned processes import this dlpack --
+
+
+@pytest.fixture(scope="module")
+def child_path():
+    """Spawned children (multiprocessing, Dask and Ray workers) import the dlpack under test."""
+    import dlpack
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, old) if p)
+    yield
+    if old is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def _shared_child(copied, meta, name, ready, written, results):
+    """Spawned: a pickled copy, then shared memory rebuilt from out-of-band metadata."""
+    from multiprocessing import shared_memory
+
+    import numpy
+    import torch
+
+    shm = shared_memory.SharedMemory(name=name)
+    view = shm.buf[:32]
+    shared = pickle.loads(meta, buffers=[view])
+    t = torch.from_dlpack(shared)
+    ready.set()
+    written.wait(30)
+    results.put((numpy.from_dlpack(copied).tolist(), t.tolist()))
+    t[0] = 99.0                                     # the parent sees this write
+    del t, shared
+    view.release()
+    shm.close()
+
+
+def test_multiprocessing_spawn_shared_memory(child_path):
+    import multiprocessing as mp
+    from multiprocessing import shared_memory
+
+    lib("torch")
+    ctx = mp.get_context("spawn")
+    shm = shared_memory.SharedMemory(create=True, size=32)
+    try:
+        a = np.ndarray(4, np.float64, buffer=shm.buf)
+        a[:] = range(4)
+        dl = asdlpack(a)
+        buffers = []
+        meta = pickle.dumps(dl, 5, buffer_callback=buffers.append)   # metadata; data in shm
+        assert len(buffers) == 1 and len(meta) < 1024
+        ready, written, results = ctx.Event(), ctx.Event(), ctx.Queue()
+        child = ctx.Process(target=_shared_child,
+                            args=(dl, meta, shm.name, ready, written, results))
+        child.start()                               # dl itself travels in-band: a copy
+        assert ready.wait(60)
+        a[:] = [10.0, 11.0, 12.0, 13.0]             # after the child took its tensor
+        written.set()
+        copied, seen = results.get(timeout=60)
+        child.join(60)
+        assert child.exitcode == 0
+        assert copied == [0.0, 1.0, 2.0, 3.0]       # the copy kept the values it was sent with
+        assert seen == [10.0, 11.0, 12.0, 13.0]     # shared, not copied
+        assert a[0] == 99.0
+        del a, dl
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+@pytest.fixture(scope="module")
+def dask_client(child_path):
+    distributed = lib("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            yield client
+
+
+def _engine_consume(dl, consumer):
+    """Run on a worker: consume with a real library; (dtype, values, readonly, base type)."""
+    if consumer == "torch":
+        import torch
+
+        x = torch.from_dlpack(dl)
+        return str(x.dtype), x.float().tolist(), dl.readonly, type(dl.base).__name__
+    if consumer == "jax":
+        import jax.numpy as jnp
+
+        x = jnp.from_dlpack(dl)
+        return str(x.dtype), x.astype(float).tolist(), dl.readonly, type(dl.base).__name__
+    import numpy
+
+    x = numpy.from_dlpack(dl)
+    return str(x.dtype), x.tolist(), dl.readonly, type(dl.base).__name__
+
+
+def _sources():
+    """(name, wrapped object, consumer, expected dtype, expected values)."""
+    torch = lib("torch")
+    jnp = lib("jax.numpy")
+    return {
+        "torch": (asdlpack(torch.arange(6, dtype=torch.int32).reshape(2, 3)), "torch",
+                  "torch.int32", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]),
+        "jax": (asdlpack(jnp.arange(4, dtype=jnp.float32)), "jax", "float32",
+                [0.0, 1.0, 2.0, 3.0]),
+        "bytes": (asdlpack(b"dask"), "numpy", "uint8", list(b"dask")),
+        "bfloat16": (asdlpack(np.arange(4, dtype=ml_dtypes.bfloat16)), "torch",
+                     "torch.bfloat16", [0.0, 1.0, 2.0, 3.0]),
+    }
+
+
+@pytest.mark.parametrize("name", ["torch", "jax", "bytes", "bfloat16"])
+def test_dask_scatter_between_worker_processes(dask_client, name):
+    dl, consumer, dtype, values = _sources()[name]
+    first, second = sorted(dask_client.scheduler_info()["workers"])
+    future = dask_client.scatter(dl, workers=[first])
+    for worker in (first, second):                  # the second fetches it from the first
+        got = dask_client.submit(_engine_consume, future, consumer, workers=[worker],
+                                 pure=False).result(timeout=60)
+        assert got[:2] == (dtype, values)
+        # Dask receives out-of-band frames into its own writable buffers and unpickles over
+        # them without a copy: read-only data stays read-only, writable stays writable
+        assert got[2] == dl.readonly
+
+
+@pytest.fixture(scope="module")
+def ray_session(child_path):
+    ray = lib("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _mapping_of(address):
+    """The /proc/self/maps path of the mapping holding address ('' when not found)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[5] if len(fields) > 5 else ""
+    return ""
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")    # Ray starts helpers; JAX warns
+def test_ray_put_get_zero_copy_from_object_store(ray_session):
+    torch = lib("torch")
+    t = torch.arange(100_000, dtype=torch.float32)
+    back = ray_session.get(ray_session.put(asdlpack(t)))
+    assert back.readonly                            # Ray returns its store's memory read-only
+    assert torch.equal(torch.from_dlpack(back), t)
+    if os.path.exists("/proc/self/maps"):           # Linux: the store is a shared mapping
+        assert "plasma" in _mapping_of(back.data_ptr) or "/dev/shm" in _mapping_of(
+            back.data_ptr)
+    remote = ray_session.remote(_engine_consume)
+    got = ray_session.get(remote.remote(ray_session.put(asdlpack(t)), "torch"))
+    assert got[0] == "torch.float32" and got[1] == t.tolist() and got[2]
