@@ -26,6 +26,7 @@ cdef class _Span:
     """
     cdef char *ptr
     cdef Py_ssize_t len
+    cdef Py_ssize_t one                 # the stride: 1 byte (the view may be copied by value)
     cdef bint readonly
     cdef object owner
 
@@ -40,7 +41,8 @@ cdef class _Span:
         view.ndim = 1
         view.format = <char *>b"B" if flags & PyBUF_FORMAT else NULL
         view.shape = &self.len if flags & PyBUF_ND else NULL
-        view.strides = &view.itemsize if flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
+        self.one = 1
+        view.strides = &self.one if flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
         view.suboffsets = NULL
         view.internal = NULL
 
@@ -62,8 +64,8 @@ cdef object _reduce(DLPackObject self, int protocol):
         raise BufferError(
             f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
             "cannot read; pickle a host copy instead: "
-            f"asdlpack(x.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it with the "
-            "producer (e.g. tensor.cpu())")
+            f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
+            "host with its producer (e.g. tensor.cpu())")
     if _cuda_kind(self.dl.device.device_type):
         _sync_for(self, None, True)         # pinned or managed memory: the producer's work first
     strides = self.strides

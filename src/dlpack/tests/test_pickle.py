@@ -5,6 +5,7 @@ library through it."""
 import ctypes
 import os
 import pickle
+import re
 
 import pytest
 
@@ -116,11 +117,17 @@ def test_bytes_and_torch_consumers():
 
 
 def test_device_data_refuses_and_names_the_way_out(fake):  # noqa: F811
-    dl = asdlpack(CAI())
-    with pytest.raises(BufferError, match=r"kDLCUDA:1.*dl_device=\(1, 0\), copy=True"):
+    memory = (ctypes.c_float * 6)(*range(6))        # the fake driver's "device" memory
+    dl = asdlpack(CAI(ctypes.addressof(memory)))
+    assert dl.device == (DLDeviceType.kDLCUDA, 1)
+    way_out = "asdlpack(dl.__dlpack__(dl_device=(1, 0), copy=True))"
+    with pytest.raises(BufferError, match=r"kDLCUDA:1.*" + re.escape(way_out)):
         pickle.dumps(dl, 5)
     with pytest.raises(BufferError, match="kDLCUDA:1"):
         pickle.dumps(dl, 2)
+    r, _ = _roundtrip(eval(way_out), 5, True)       # the named way out works
+    assert r.device == (DLDeviceType.kDLCPU, 0)
+    assert np.from_dlpack(r).ravel().tolist() == list(range(6))
 
 
 def test_pinned_host_memory_pickles_as_host_data(fake):  # noqa: F811
