@@ -1,6 +1,7 @@
 # Consumer side: pickle (§11). Protocol >= 5 hands the elements to the pickler as one
-# PickleBuffer (PEP 574: out-of-band when the pickler has a buffer_callback, so multiprocessing,
-# Dask and Ray move them without a copy into the stream); protocol < 5 copies them in-band.
+# PickleBuffer (PEP 574: out-of-band when the pickler has a buffer_callback, so Dask, Ray and
+# shared-memory carriers move them without a copy into the stream); protocol < 5 copies them
+# in-band, as does multiprocessing's own pickler (it takes no buffer_callback).
 # _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
 # the same _finish every reader uses.
 
@@ -96,6 +97,7 @@ cdef object _reduce(DLPackObject self, int protocol):
 
 
 cdef tuple _c_strides_of(tuple shape):
+    """C-contiguous element strides for the gathered copy (as _c_strides, from a tuple)."""
     cdef list out = []
     cdef int64_t s = 1
     for n in reversed(shape):
