@@ -404,8 +404,9 @@ cdef class DLPackObject:
                             "use memoryview(dl).tolist()")
         return iter(memoryview(self))
 
-    def __reduce__(self):
-        raise TypeError("DLPackObject is a view of memory and cannot be pickled")
+    def __reduce_ex__(self, protocol):
+        """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
@@ -440,6 +441,7 @@ include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
 include "_out/exchange_api.pxi"
+include "_out/pickle.pxi"
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
