@@ -72,7 +72,7 @@ cdef object _reduce(DLPackObject self, int protocol):
     strides = self.strides
     if self._count and not self._c_contig:
         _reach(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
-    if hi - lo > SPAN_MAX_RATIO * self._nbytes:
+    if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
         copy = bytearray(self._nbytes)
         _gather(<char *>copy, <const char *>self.dl.data, self)
         lo, hi = 0, self._nbytes
