@@ -491,9 +491,15 @@ cdef bint _is_numpy_ndarray(type t):
         t.__flags__ & Py_TPFLAGS_HEAPTYPE)
 
 
+cdef tuple _PROTOCOL_NAMES = (
+    "__dlpack__", "DLPack capsule", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
+    "__array_interface__", "__array_struct__", "buffer protocol", "ctypes pointer",
+    "CUDA driver", "asdlpack")
+
+
 cdef BaseException _as_refusal(str protocol, BaseException e):
-    """A protocol's refusal as BufferError naming the protocol (ours already say it)."""
-    if isinstance(e, BufferError):
+    """A protocol's refusal as BufferError naming the protocol (ours already say one)."""
+    if isinstance(e, BufferError) and str(e).startswith(_PROTOCOL_NAMES):
         return e
     r = BufferError(f"{protocol}: {type(e).__name__}: {e}")
     r.__cause__ = e
