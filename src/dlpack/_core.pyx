@@ -218,15 +218,19 @@ cdef class DLPackObject:
         raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
 
     def __dealloc__(self):
-        if self._has_view:
-            PyBuffer_Release(&self._view)
-            self._has_view = False
+        self._release_view()
         if self._managed != NULL:
             _delete_managed(self._managed, self._managed_versioned)
             self._managed = NULL
         if self.dl.shape != self._inline:
             free(self.dl.shape)
         free(self._pydims)
+
+    cdef void _release_view(self) noexcept:
+        """Give the provider's buffer back (on death, or at once when a reader refuses it)."""
+        if self._has_view:
+            self._has_view = False
+            PyBuffer_Release(&self._view)
 
     # -- construction: readers call _alloc_dims, fill shape and strides, then _finish --------
 

@@ -128,8 +128,17 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     elif cuda:
         raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     else:
-        offset = _ai_buffer(self, protocol, obj if data is None else data, ai.get("offset", 0))
-        bound = self._view.len
+        try:
+            offset = _ai_buffer(self, protocol, obj if data is None else data,
+                                ai.get("offset", 0))
+            bound = self._view.len
+            self.dl.device.device_type = kDLCPU
+            self._finish(protocol, given, offset, bound)
+        except BaseException:
+            self._release_view()  # at once: the exporter may be in a cycle GC clears later
+            raise
+        self._base = obj
+        return self
     self._base = obj
     if cuda:
         _cai_device_and_stream(self, ai.get("stream"))

@@ -122,6 +122,17 @@ cdef DLPackObject _from_buffer(object obj):
         raise BufferError(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
                           f"strides and format: {type(e).__name__}: {e}") from e
     self._has_view = True
+    try:
+        _read_buffer(self, obj)
+    except BaseException:
+        self._release_view()      # at once: the exporter may be in a cycle GC clears later
+        raise
+    return self
+
+
+cdef int _read_buffer(DLPackObject self, object obj) except -1:
+    cdef Py_buffer *v = &self._view
+    cdef int i
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
     if v.ndim > 0 and v.shape == NULL:
         raise BufferError(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
@@ -144,4 +155,4 @@ cdef DLPackObject _from_buffer(object obj):
     if v.len != self._nbytes:
         raise BufferError(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
                           f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
-    return self
+    return 0

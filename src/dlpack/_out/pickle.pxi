@@ -146,12 +146,16 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
         raise BufferError(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
                           f"buffer: {e}") from None
     self._has_view = True
-    at = _field(offset, "offset", 0, self._view.len)
-    if self._view.readonly:
-        self._flags |= FLAG_READ_ONLY
-    self.dl.data = <char *>self._view.buf + at
-    self.dl.device.device_type = kDLCPU
-    self.dl.device.device_id = 0
+    try:
+        at = _field(offset, "offset", 0, self._view.len)
+        if self._view.readonly:
+            self._flags |= FLAG_READ_ONLY
+        self.dl.data = <char *>self._view.buf + at
+        self.dl.device.device_type = kDLCPU
+        self.dl.device.device_id = 0
+        self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)
+    except BaseException:
+        self._release_view()
+        raise
     self._base = data
-    self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)
     return self

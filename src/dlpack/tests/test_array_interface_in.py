@@ -112,11 +112,11 @@ def test_data_none_means_own_buffer():
 
 
 def test_data_bytes_is_readonly_pillow():
+    xp = lib("array_api_strict")
     image = lib("PIL.Image")
     im = image.frombytes("RGB", (4, 3), bytes(range(36)))
     dl = asdlpack(im)
     assert dl.shape == (3, 4, 3) and dl.readonly and dl.dtype == "uint8"
-    xp = lib("array_api_strict")
     x = xp.from_dlpack(dl)
     assert x._array.ravel().tolist() == list(range(36))
     assert x._array.ctypes.data == dl.data_ptr

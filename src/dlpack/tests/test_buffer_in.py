@@ -105,20 +105,20 @@ def test_memoryview_sliced_with_steps_and_negative():
 
 
 def test_zero_dim_and_zero_size():
+    torch = lib("torch")
     zd = asdlpack(memoryview(struct.pack("d", 2.5)).cast("d", ()))
     assert zd.shape == () and zd.ndim == 0 and zd.size == 1
     assert np.from_dlpack(zd)[()] == 2.5
     empty = asdlpack(b"")
     assert empty.shape == (0,) and empty.size == 0 and empty.nbytes == 0
     assert np.from_dlpack(empty).shape == (0,)
-    torch = lib("torch")
     assert torch.from_dlpack(asdlpack(bytearray())).shape == (0,)
 
 
 def test_mmap_held_while_exported():
+    jnp = lib("jax.numpy")
     mm = mmap.mmap(-1, 4096)
     mm[:5] = b"hello"
-    jnp = lib("jax.numpy")
     dl = asdlpack(mm)
     x = jnp.from_dlpack(dl)
     assert x.unsafe_buffer_pointer() == dl.data_ptr  # page-aligned: JAX keeps it zero-copy

@@ -89,6 +89,8 @@ def test_every_shipped_factory_is_graded():
     assert set(needs) == {n for n in vars(f) if callable(getattr(f, n)) and n[0].islower()}
     specs = [f"dlpack._check_factories:{n}" for n, m in needs.items()
              if importlib.util.find_spec(m) is not None]
+    if not specs:
+        pytest.skip("no producer library is installed")
     run = subprocess.run([sys.executable, "-m", "dlpack", "check", "--json", *specs],
                          capture_output=True, text=True, timeout=300)
     data = json.loads(run.stdout)

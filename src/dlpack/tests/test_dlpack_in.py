@@ -153,10 +153,10 @@ def test_pyarrow_array_and_tensor():
 
 
 def test_numpy_native_dlpack_is_zero_copy():
+    torch = lib("torch")
     a = np.arange(6, dtype=np.int64).reshape(2, 3)
     dl = asdlpack(a)
     assert dl.base is a
-    torch = lib("torch")
     assert torch.from_dlpack(dl).data_ptr() == a.ctypes.data
 
 

@@ -28,12 +28,12 @@ def test_bad_max_version():
 
 
 def test_readonly_travels_and_legacy_consumers_get_a_copy():
+    tf = lib("tensorflow")
     b = b"abc"
     dl = asdlpack(b)
     assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & FLAG_BITMASK_READ_ONLY
     with pytest.raises(BufferError, match="allow_legacy_readonly"):
         dl.__dlpack__(copy=False)
-    tf = lib("tensorflow")
     t = tf.experimental.dlpack.from_dlpack(dl.__dlpack__())
     assert bytes(t.numpy()) == b
     assert todict(tf.experimental.dlpack.to_dlpack(t))["data"] != dl.data_ptr

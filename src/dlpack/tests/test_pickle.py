@@ -233,10 +233,10 @@ def _shared_child(copied, meta, name, ready, written, results):
 
 
 def test_multiprocessing_spawn_shared_memory(child_path):
+    lib("torch")
     import multiprocessing as mp
     from multiprocessing import shared_memory
 
-    lib("torch")
     ctx = mp.get_context("spawn")
     shm = shared_memory.SharedMemory(create=True, size=32)
     try:
