@@ -163,3 +163,55 @@ def test_export_round_trips_agree(dtype, shape, step, transpose, writeable):
         assert copied.ctypes.data != a.ctypes.data
     if a.flags.c_contiguous or a.size == 0:
         assert memoryview(dl).tobytes() == a.tobytes()
+
+
+@FAST
+@given(
+    code=st.sampled_from([0, 1, 2, 4, 5, 6, 17]),
+    bits=st.sampled_from([1, 4, 8, 12, 16, 32, 64, 128]),
+    shape=st.lists(st.integers(-2, 4), max_size=3),
+    strided=st.booleans(),
+    flags=st.sampled_from([0, 1, 2, 4, 5]),
+    major=st.sampled_from([0, 1, 2]),
+)
+def test_versioned_struct_refused_or_described_and_deleted_once(code, bits, shape, strided, flags,
+                                                                major):
+    """A generated DLManagedTensorVersioned is refused (BufferError) or described as built;
+    its deleter runs exactly once either way."""
+    import ctypes
+
+    from dlpack import ctypes as dc
+
+    buf = (ctypes.c_uint8 * 4096)()
+    nd = len(shape)
+    shp = (ctypes.c_int64 * max(nd, 1))(*shape)
+    strides = (ctypes.c_int64 * max(nd, 1))(*([1] * nd)) if strided else None
+    calls = []
+    deleter = dc.DLManagedTensorVersionedDeleter(lambda p: calls.append(1))
+    mt = dc.DLManagedTensorVersioned()
+    mt.version = dc.DLPackVersion(major, 0)
+    mt.deleter = deleter
+    mt.flags = flags
+    mt.dl_tensor = dc.DLTensor(ctypes.addressof(buf), dc.DLDevice(1, 0), nd,
+                               dc.DLDataType(code, bits, 1),
+                               ctypes.cast(shp, ctypes.POINTER(ctypes.c_int64)),
+                               ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+                               if strides else None, 0)
+    try:
+        dl = dlpack.ctypes.from_pointer(ctypes.pointer(mt))
+    except BufferError:
+        assert calls == [1]  # ownership was taken, so a refusal releases the producer's memory
+        return
+    assert major <= 1
+    assert min(shape, default=0) >= 0
+    assert bits % 8 == 0 or bits < 8
+    d = dlpack.todict(dl)
+    assert d["shape"] == tuple(shape)
+    assert d["dtype"][:2] == (code, bits)
+    assert bool(d["flags"] & dlpack.FLAG_BITMASK_READ_ONLY) == bool(flags & 1)
+    assert calls == []
+    del dl, d
+    import gc
+
+    gc.collect()
+    assert calls == [1]
