@@ -152,6 +152,25 @@ def test_jax_cpu():
     _compare(x, lambda: x.__dlpack__())
 
 
+def test_jax_legacy_capsule_imports_read_only():
+    """JAX's legacy capsule cannot say it is writable: read-only unless legacy_writable=True."""
+    jax = pytest.importorskip("jax")
+    x = jax.device_put(jax.numpy.arange(6.0), jax.devices("cpu")[0])
+    assert dlpack.todict(dlpack.asdlpack(x))["flags"] & RO
+    assert not dlpack.todict(dlpack.asdlpack(x, legacy_writable=True))["flags"] & RO
+
+
+def test_pillow_matches_array_interface():
+    """A Pillow image is described as NumPy reads its __array_interface__, read-only."""
+    np = pytest.importorskip("numpy")
+    image = pytest.importorskip("PIL.Image")
+    im = image.new("L", (3, 2), 7)
+    d = dlpack.todict(dlpack.asdlpack(im))
+    assert d["shape"] == (2, 3) and d["dtype"][:2] == (dlpack.DLDataTypeCode.kDLUInt, 8)
+    assert d["flags"] & RO
+    assert (np.asarray(dlpack.asdlpack(im)) == np.asarray(im)).all()
+
+
 def test_tensorflow():
     """A TensorFlow tensor matches TensorFlow's own export."""
     tf = pytest.importorskip("tensorflow")
@@ -230,3 +249,18 @@ def test_refusals_do_not_leak(no_leak):
     for _ in range(10**5):
         with pytest.raises(BufferError):
             dlpack.asdlpack(bad)
+
+
+def test_legacy_consumer_of_read_only_data_gets_a_copy():
+    """A legacy request (no max_version) for read-only data: copy by default, refuse copy=False."""
+    np = pytest.importorskip("numpy")
+    a = np.arange(6.0)
+    a.flags.writeable = False
+    d = dlpack.todict(dlpack.asdlpack(a).__dlpack__())
+    assert d["version"] is None and d["data"] != a.ctypes.data
+    copied = np.asarray(dlpack.asdlpack(dlpack.asdlpack(a).__dlpack__()))
+    assert (copied == a).all()
+    with pytest.raises(BufferError):
+        dlpack.asdlpack(a).__dlpack__(copy=False)
+    shared = dlpack.asdlpack(a, allow_legacy_readonly=True).__dlpack__()
+    assert dlpack.todict(shared)["data"] == a.ctypes.data
