@@ -161,12 +161,22 @@ cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=N
             "hold (the byte size overflows 64 bits)")
 
 
-cdef object _MAKER = object()          # only _new_object holds it: users cannot make objects
+cdef bint _making = False              # True only inside _new_object
 
 
 cdef inline DLPackObject _new_object():
-    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty)."""
-    return DLPackObject.__new__(DLPackObject, _MAKER)
+    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty).
+
+    The flag is restored, not cleared, so a finalizer that makes an object while this one is
+    being allocated leaves it set for us.
+    """
+    global _making
+    cdef bint outer = _making
+    _making = True
+    try:
+        return DLPackObject.__new__(DLPackObject)
+    finally:
+        _making = outer
 
 
 @cython.final
@@ -199,9 +209,9 @@ cdef class DLPackObject:
     cdef object _shape_t
     cdef object __weakref__
 
-    def __cinit__(self, maker=None):
+    def __cinit__(self):
         self.dl.shape = self._inline
-        if maker is not _MAKER:
+        if not _making:
             raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
 
     def __init__(self, *args, **kwargs):
@@ -394,8 +404,9 @@ cdef class DLPackObject:
                             "use memoryview(dl).tolist()")
         return iter(memoryview(self))
 
-    def __reduce__(self):
-        raise TypeError("DLPackObject is a view of memory and cannot be pickled")
+    def __reduce_ex__(self, protocol):
+        """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
@@ -430,6 +441,7 @@ include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
 include "_out/exchange_api.pxi"
+include "_out/pickle.pxi"
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
@@ -479,9 +491,15 @@ cdef bint _is_numpy_ndarray(type t):
         t.__flags__ & Py_TPFLAGS_HEAPTYPE)
 
 
+cdef tuple _PROTOCOL_NAMES = (
+    "__dlpack__", "DLPack capsule", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
+    "__array_interface__", "__array_struct__", "buffer protocol", "ctypes pointer",
+    "CUDA driver", "asdlpack")
+
+
 cdef BaseException _as_refusal(str protocol, BaseException e):
-    """A protocol's refusal as BufferError naming the protocol (ours already say it)."""
-    if isinstance(e, BufferError):
+    """A protocol's refusal as BufferError naming the protocol (ours already say one)."""
+    if isinstance(e, BufferError) and str(e).startswith(_PROTOCOL_NAMES):
         return e
     r = BufferError(f"{protocol}: {type(e).__name__}: {e}")
     r.__cause__ = e

@@ -50,6 +50,9 @@ class Driver:
                             f"({e}); is an NVIDIA driver installed?") from None
         self._check("cuInit", self.lib.cuInit(0))
         self._contexts: dict[int, ctypes.c_void_p] = {}
+        self._pointer_attributes = (ctypes.c_int * 3)(
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            CU_POINTER_ATTRIBUTE_IS_MANAGED)
 
     def _check(self, what: str, rc: int) -> None:
         if rc != 0:
@@ -58,19 +61,14 @@ class Driver:
             raise CudaError(f"CUDA driver: {what} failed with "
                             f"{(name.value or b'error').decode()} ({rc})")
 
-    def _attribute(self, ctype, attribute: int, ptr: int):
-        value = ctype()
-        self._check(f"cuPointerGetAttribute({attribute}, {ptr:#x})",
-                    self.lib.cuPointerGetAttribute(ctypes.byref(value), attribute,
-                                                   ctypes.c_uint64(ptr)))
-        return value.value
-
     def pointer_attributes(self, ptr: int) -> tuple[int, int, bool]:
-        """(memory type, device ordinal, is managed) of a device pointer."""
-        mem = self._attribute(ctypes.c_uint, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
-        ordinal = self._attribute(ctypes.c_int, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-        managed = bool(self._attribute(ctypes.c_uint, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr))
-        return mem, ordinal, managed
+        """(memory type, device ordinal, is managed) of a device pointer, in one driver call
+        (memory type 0 for an address CUDA does not know)."""
+        mem, ordinal, managed = ctypes.c_uint(), ctypes.c_int(), ctypes.c_uint()
+        values = (ctypes.c_void_p * 3)(*(ctypes.addressof(v) for v in (mem, ordinal, managed)))
+        self._check(f"cuPointerGetAttributes({ptr:#x})", self.lib.cuPointerGetAttributes(
+            3, self._pointer_attributes, values, ctypes.c_uint64(ptr)))
+        return mem.value, ordinal.value, bool(managed.value)
 
     def stream_wait(self, producer: int, consumer: int) -> None:
         """Make ``consumer`` wait for the work queued so far on ``producer`` (no host block)."""

@@ -116,7 +116,11 @@ cdef DLPackObject _from_buffer(object obj):
     cdef DLPackObject self = _new_object()
     cdef Py_buffer *v = &self._view
     cdef int i
-    PyObject_GetBuffer(obj, v, PyBUF_RECORDS_RO)
+    try:
+        PyObject_GetBuffer(obj, v, PyBUF_RECORDS_RO)
+    except (BufferError, TypeError, ValueError) as e:
+        raise BufferError(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
+                          f"strides and format: {type(e).__name__}: {e}") from e
     self._has_view = True
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
     if v.ndim > 0 and v.shape == NULL:

@@ -10,10 +10,12 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
     cdef DLDevice target = self.dl.device
     if max_version is not None:
         try:
-            versioned = max_version[0] >= 1
-        except (TypeError, IndexError, KeyError):
+            major, minor = max_version
+            versioned = _index(major) >= 1
+            _index(minor)
+        except (TypeError, ValueError):
             raise TypeError(f"__dlpack__: max_version = {max_version!r} is not a "
-                            "(major, minor) tuple") from None
+                            "(major, minor) tuple of ints") from None
     if dl_device is not None:
         _target(self, dl_device, copy, &target)
     if target.device_type == kDLCUDA and device_type != kDLCUDA:

@@ -19,7 +19,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     cdef DLManagedTensorVersioned *m
     cdef SizeError err
     if proto == NULL or out == NULL:
-        _set_error(set_error, error_ctx, b"ValueError", b"pydlpack allocator: NULL prototype or output")
+        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: NULL prototype or output")
         return -1
     ndim = proto.ndim
     if proto.device.device_type != kDLCPU or ndim < 0 or ndim > MAX_NDIM:
@@ -27,7 +27,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
                   b"pydlpack allocates CPU tensors of 0 to 1024 dimensions only")
         return -1
     if ndim > 0 and proto.shape == NULL:
-        _set_error(set_error, error_ctx, b"ValueError", b"pydlpack allocator: prototype shape is NULL")
+        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: prototype shape is NULL")
         return -1
     err = _item_storage(proto.dtype, False, &itemsize, &packed)
     if err == SIZE_OK:

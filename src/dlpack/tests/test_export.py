@@ -128,10 +128,6 @@ def test_repr_and_attributes():
     assert dl.dtype.code == 2 and dl.dtype.bits == 32 and dl.dtype.lanes == 1
     with pytest.raises(AttributeError):
         dl.shape = (1,)
-    with pytest.raises(TypeError):
-        import pickle
-
-        pickle.dumps(dl)
 
 
 def test_no_growth_over_many_exchanges(no_leak):

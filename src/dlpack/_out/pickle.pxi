@@ -1,0 +1,157 @@
+# Consumer side: pickle (§11). Protocol >= 5 hands the elements to the pickler as one
+# PickleBuffer (PEP 574: out-of-band when the pickler has a buffer_callback, so Dask, Ray and
+# shared-memory carriers move them without a copy into the stream); protocol < 5 copies them
+# in-band, as does multiprocessing's own pickler (it takes no buffer_callback).
+# _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
+# the same _finish every reader uses.
+
+from libc.stdint cimport uint8_t, uint16_t
+
+import pickle as _pickle
+
+# A strided array is sent as the span its elements reach (zero-copy, strides kept) unless that
+# span is more than this many times its element bytes; then as a C-contiguous copy.
+cdef enum:
+    SPAN_MAX_RATIO = 2
+
+cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
+
+
+@cython.final
+cdef class _Span:
+    """A flat byte buffer over ``len`` bytes at ``ptr`` that keeps their owner alive.
+
+    PickleBuffer needs an object with the buffer protocol; the array's own buffer export has no
+    format for bfloat16, float8 or packed int4, and is not contiguous when strided, so the
+    pickler gets the raw bytes of the span instead.
+    """
+    cdef char *ptr
+    cdef Py_ssize_t len
+    cdef Py_ssize_t one                 # the stride: 1 byte (the view may be copied by value)
+    cdef bint readonly
+    cdef object owner
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if flags & PyBUF_WRITABLE and self.readonly:
+            raise BufferError("pickle: the data is read-only")
+        view.buf = self.ptr
+        view.obj = self
+        view.len = self.len
+        view.itemsize = 1
+        view.readonly = self.readonly
+        view.ndim = 1
+        view.format = <char *>b"B" if flags & PyBUF_FORMAT else NULL
+        view.shape = &self.len if flags & PyBUF_ND else NULL
+        self.one = 1
+        view.strides = &self.one if flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+
+cdef object _reduce(DLPackObject self, int protocol):
+    """``__reduce_ex__``: (_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
+
+    ``data`` holds the bytes from the lowest to one past the highest byte an element occupies;
+    the first element lies ``offset`` bytes into it (> 0 for negative strides).
+    """
+    cdef int64_t lo = 0, hi = self._nbytes
+    cdef bint readonly = self._flags & FLAG_READ_ONLY
+    cdef bytearray copy
+    cdef _Span span
+    if not _host_accessible(self.dl.device.device_type):
+        raise BufferError(
+            f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
+            "cannot read; pickle a host copy instead: "
+            f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
+            "host with its producer (e.g. tensor.cpu())")
+    if _cuda_kind(self.dl.device.device_type):
+        _sync_for(self, None, True)         # pinned or managed memory: the producer's work first
+    strides = self.strides
+    if self._count and not self._c_contig:
+        _reach(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
+    if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
+        copy = bytearray(self._nbytes)
+        _gather(<char *>copy, <const char *>self.dl.data, self)
+        lo, hi = 0, self._nbytes
+        strides = _c_strides_of(self.shape)
+        data = copy
+    else:
+        span = _Span.__new__(_Span)
+        span.ptr = <char *>self.dl.data + lo
+        span.len = hi - lo
+        span.readonly = readonly
+        span.owner = self
+        data = span
+    if protocol >= 5:
+        data = _pickle.PickleBuffer(data)
+    elif readonly:
+        data = bytes(data)
+    else:
+        data = bytearray(data)              # writable arrives writable, as with protocol 5
+    t = self.dl.dtype
+    return _rebuild, (data, t.code, t.bits, t.lanes, self.shape, strides, -lo,
+                      self._flags & _PICKLED_FLAGS)
+
+
+cdef tuple _c_strides_of(tuple shape):
+    """C-contiguous element strides for the gathered copy (as _c_strides, from a tuple)."""
+    cdef list out = []
+    cdef int64_t s = 1
+    for n in reversed(shape):
+        out.append(s)
+        if n > 1:
+            s *= n
+    return tuple(out[::-1])
+
+
+cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
+    """A metadata integer from the stream: an int within [low, high], else BufferError."""
+    if type(value) is not int or not low <= value <= high:
+        raise BufferError(f"pickle: field '{name}' = {value!r:.80} is not an int in "
+                          f"[{low}, {high}]; the pickle is corrupt or forged")
+    return value
+
+
+def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
+    """Unpickle a DLPackObject over ``data`` (the received buffer; it is not copied).
+
+    Every field is checked before use: a corrupt or forged pickle gives BufferError, and
+    the elements must lie inside ``data``.
+    """
+    cdef DLPackObject self = _new_object()
+    cdef Py_ssize_t i, n
+    cdef int64_t at
+    if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
+        raise BufferError(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
+                          f"{strides!r:.80} are not tuples of one length; the pickle is "
+                          "corrupt or forged")
+    if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
+        raise BufferError(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
+                          "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
+    self._flags = flags
+    self.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
+    self.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
+    self.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
+    n = len(shape)
+    self._alloc_dims(n, "pickle")
+    for i in range(n):
+        self.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
+        self.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX, INT64_MAX)
+    try:
+        PyObject_GetBuffer(data, &self._view, PyBUF_SIMPLE)
+    except (TypeError, BufferError, ValueError) as e:
+        raise BufferError(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
+                          f"buffer: {e}") from None
+    self._has_view = True
+    at = _field(offset, "offset", 0, self._view.len)
+    if self._view.readonly:
+        self._flags |= FLAG_READ_ONLY
+    self.dl.data = <char *>self._view.buf + at
+    self.dl.device.device_type = kDLCPU
+    self.dl.device.device_id = 0
+    self._base = data
+    self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)
+    return self
