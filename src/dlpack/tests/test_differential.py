@@ -67,11 +67,16 @@ def _numpy_cases(np):
     return cases
 
 
-@pytest.mark.parametrize("name", list(_numpy_cases(__import__("numpy")).keys())
-                         if __import__("importlib").util.find_spec("numpy") else [])
+NUMPY_NAMES = ["negative", "broadcast", "0-d", "zero-size", "readonly", "unaligned", "big-endian",
+               "bool", "complex", "fortran", "sliced", "bfloat16"]
+
+
+@pytest.mark.parametrize("name", NUMPY_NAMES)
 def test_numpy_layouts(name):
     """Each odd NumPy layout matches NumPy's own versioned export, or both refuse."""
     np = pytest.importorskip("numpy")
+    if name == "bfloat16":
+        pytest.importorskip("ml_dtypes")
     x = _numpy_cases(np)[name]
     if name == "bfloat16":  # NumPy refuses ml_dtypes; pydlpack describes the same memory
         d = dlpack.todict(dlpack.asdlpack(x))
