@@ -43,7 +43,7 @@ def test_exchange_api_exporting_a_refused_object_fails():
 
 
 def test_numpy_and_pydlpack():
-    lib("numpy")
+    numpy_conforms()
     from dlpack import _check_factories as f
 
     for factory in (f.numpy, f.pydlpack):
@@ -59,8 +59,15 @@ def test_torch_exchange_api_agrees_with_dlpack():
     assert verdicts(f.torch)["exchange-api"] == "pass"
 
 
+def numpy_conforms():
+    """NumPy >= 2.3 passes every rule (older releases refuse dl_device copies otherwise)."""
+    np = lib("numpy")
+    if np.lib.NumpyVersion(np.__version__) < "2.3.0":
+        pytest.skip(f"NumPy {np.__version__} predates 2.3, the release the check grades clean")
+
+
 def test_cli_json_and_exit_status():
-    lib("numpy")
+    numpy_conforms()
     run = subprocess.run([sys.executable, "-m", "dlpack", "check", "--json",
                           "dlpack._check_factories:numpy",
                           "dlpack.tests.broken_producers:Producer"],
