@@ -1199,8 +1199,9 @@ def _register_export() -> None:
         from dlpack import todict
 
         src = obj if hasattr(obj, "__dlpack__") else asdlpack(obj)
-        d = todict(src.__dlpack__(**kwargs))
-        return d
+        cap = src.__dlpack__(**kwargs)
+        KEEP.append(cap)        # an unconsumed capsule owns its copy: alive while cases read it
+        return todict(cap)
 
     def legacy_copy(**kwargs):
         data = b"abcd"
