@@ -1275,10 +1275,51 @@ def _register_export() -> None:
         needs=["numpy"])
 
 
+def _register_torch() -> None:
+    """Fast paths keep torch's semantics: what t.__dlpack__ refuses, asdlpack refuses (class 6)."""
+    g = "torch"
+
+    def tensor(make):
+        def run():
+            torch = __import__("torch")
+            return summary(asdlpack(make(torch)))
+        return run
+
+    refused = [
+        ("conj", lambda torch: (torch.arange(4.0) * 1j).conj(), ("conjugate",)),
+        ("neg-view", lambda torch: (torch.arange(4.0) * 1j).conj().imag, ("resolve_neg()",)),
+        ("requires-grad", lambda torch: torch.ones(2, requires_grad=True), ("gradient",)),
+        ("sparse", lambda torch: torch.arange(4.0).to_sparse(), ("layout",)),
+        ("meta", lambda torch: torch.empty(2, device="meta"), ("meta",)),
+    ]
+    for name, make, words in refused:
+        add(g, name, tensor(make), buffer_error(*words), needs=["torch"])
+    accepted = [
+        ("strided", lambda torch: torch.arange(8.0)[::2], [[4], [2], "float32", False]),
+        ("0-d", lambda torch: torch.tensor(3.0), [[], [], "float32", False]),
+        ("zero-size", lambda torch: torch.empty(0, 3), [[0, 3], [3, 1], "float32", False]),
+        ("transposed", lambda torch: torch.zeros(2, 3, dtype=torch.int16).T,
+         [[3, 2], [1, 3], "int16", False]),
+        ("detached", lambda torch: torch.ones(2, requires_grad=True).detach(),
+         [[2], [1], "float32", False]),
+    ]
+    for name, make, value in accepted:
+        add(g, name, tensor(make), Gives(value), needs=["torch"])
+
+    def resolved_values():
+        torch = __import__("torch")
+        t = (torch.arange(3.0) * 1j).conj().resolve_conj()
+        dl = asdlpack(t)
+        return [dl.dtype.name, list((ctypes.c_float * 6).from_address(dl.data_ptr))[1::2]]
+
+    add(g, "conj-resolved-values", resolved_values, Gives(["complex64", [-0.0, -1.0, -2.0]]),
+        needs=["torch"])
+
+
 for _register in (_register_sizes, _register_sequences, _register_typestr, _register_data,
                   _register_mappings, _register_array_struct, _register_capsules,
                   _register_buffers, _register_api, _register_objects, _register_fake_numpy,
-                  _register_classes, _register_pointers, _register_export):
+                  _register_classes, _register_pointers, _register_export, _register_torch):
     _register()
 
 GROUPS = sorted({c.group for c in CASES.values()})

@@ -105,7 +105,8 @@ def test_corpus_size() -> None:
 
 
 @pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(reason=KNOWN[c.name], raises=AssertionError, strict=True))
+    pytest.param(c, marks=pytest.mark.xfail(
+        reason=KNOWN[c.name], raises=AssertionError, strict=True))
     if c.name in KNOWN else c for c in CASES], ids=[c.name for c in CASES])
 def test_hostile(case: hostile.Case) -> None:
     if not hostile.available(case):
