@@ -269,7 +269,8 @@ def test_device_to_host_copy_of_strided_data_gathers_the_span(fake):
     obj.__cuda_array_interface__["data"] = (ptr + 8, False)     # element [i, j] at 8 + 4i - 8j
     dl = asdlpack(obj)
     fake.calls.clear()
-    info = todict(dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
+    capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+    info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
     # elements at byte offsets 8 + 4*i - 8*j from ptr: i in 0..2, j in 0..1 -> span [0, 20)
     assert fake.calls == [("stream_synchronize", 7), ("copy_to_host", 1, ptr, 20)]
     got = list((ctypes.c_float * 6).from_address(info["data"]))
@@ -291,7 +292,8 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
 def test_host_to_device_copy_of_strided_data(fake):
     np = pytest.importorskip("numpy")
     a = np.arange(12, dtype=np.int16).reshape(3, 4)[::2, ::-1]
-    info = todict(asdlpack(a).__dlpack__(max_version=(1, 0), dl_device=(2, 0)))
+    capsule = asdlpack(a).__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
     assert info["strides"] == (4, 1) and fake.calls[0] == ("alloc", 0, 16)
     got = np.frombuffer(ctypes.string_at(info["data"], 16), np.int16).reshape(2, 4)
     assert got.tolist() == a.tolist()

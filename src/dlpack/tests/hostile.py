@@ -1,0 +1,1358 @@
+"""The hostile corpus (SPEC §7): inputs that must be refused cleanly or read right.
+
+Each case is a function and what it must give: an exception (type and key words) or a value.
+``python -m dlpack.tests.hostile GROUP [FIRST]`` runs a group's cases in a child interpreter,
+printing ``START name`` before each case (flushed, so a crash names it) and ``RESULT {json}``
+after; ``test_hostile.py`` runs the groups and asserts case by case. Most cases need only the
+standard library and ctypes, so the corpus also runs under the sanitizers without NumPy.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import ctypes
+import gc
+import importlib.util
+import json
+import mmap
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+N = "<" if sys.byteorder == "little" else ">"          # native byte-order character
+SWAP = ">" if N == "<" else "<"
+
+AI = "__array_interface__"
+CAI = "__cuda_array_interface__"
+AS = "__array_struct__"
+BUF = "buffer protocol"
+CAP = "DLPack capsule"
+PTR = "ctypes pointer"
+
+# An __array_struct__ refusal of its kind or size names one of these fields.
+KIND = (("'itemsize'", "'typestr'", "'typekind'"),)
+
+# Text that means an internal exception leaked through instead of a refusal (SPEC §7).
+LEAKS = ("unhashable", "chr()", "index out of range", "too large to convert", "Expected dict",
+         "is not C-contiguous", "is a int")
+
+
+@dataclass(frozen=True)
+class Raises:
+    """The case raises one of ``types``; each of ``words`` (or one of a tuple's) is in the text."""
+
+    types: tuple[str, ...]
+    words: tuple[str | tuple[str, ...], ...] = ()
+    after: object = None        # what the case's ``after`` hook must return, if it has one
+
+
+@dataclass(frozen=True)
+class Gives:
+    """The case returns ``value`` (compared after a JSON round trip: tuples become lists)."""
+
+    value: object
+    after: object = None
+
+
+@dataclass
+class Case:
+    name: str
+    group: str
+    run: Callable[[], object]
+    expect: Raises | Gives
+    needs: tuple[str, ...] = ()
+    after: Callable[[], object] | None = None
+    why: str = ""
+
+
+CASES: dict[str, Case] = {}
+
+
+def add(group: str, name: str, run, expect, *, needs=(), after=None) -> None:
+    """Register one case (names are unique across the corpus)."""
+    name = f"{group}:{name}"
+    assert name not in CASES, name
+    CASES[name] = Case(name, group, run, expect, tuple(needs), after)
+
+
+def buffer_error(*words, after=None) -> Raises:
+    return Raises(("BufferError",), words, after)
+
+
+def type_error(*words) -> Raises:
+    return Raises(("TypeError",), words)
+
+
+def no_memory(*words) -> Raises:
+    """A size no machine can allocate: MemoryError, or BufferError saying so."""
+    return Raises(("MemoryError", "BufferError"), words)
+
+
+def asdlpack(obj, **kwargs):
+    from dlpack import asdlpack as _asdlpack
+
+    return _asdlpack(obj, **kwargs)
+
+
+def summary(dl) -> list:
+    """What a case reports of an accepted object: shape, element strides, dtype, read-only."""
+    return [list(dl.shape), list(dl.strides), dl.dtype.name, dl.readonly]
+
+
+def address(buf) -> int:
+    """Address of a writable buffer's first byte."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+# -- __array_interface__ / __cuda_array_interface__ dicts ----------------------------------------
+
+DROP = object()       # a field left out of the dict
+
+
+class Iface:
+    """An object whose only protocol is the interface dict it was given."""
+
+    def __init__(self, value, name: str = AI) -> None:
+        setattr(self, name, value)
+
+
+def ai(**fields) -> dict:
+    """A valid 2-element float64 interface dict over a fresh 16-byte buffer, with overrides."""
+    d = {"shape": (2,), "typestr": N + "f8", "data": bytearray(16), "version": 3}
+    d.update(fields)
+    return {k: v for k, v in d.items() if v is not DROP}
+
+
+def via_ai(**fields):
+    """Hand ``ai(**fields)`` to asdlpack and summarise what it made."""
+    return lambda: summary(asdlpack(Iface(ai(**fields))))
+
+
+def via_cai(**fields):
+    d = {"shape": (2,), "typestr": N + "f8", "data": (0, False), "version": 3}
+    d.update(fields)
+    return lambda: summary(asdlpack(Iface(d, CAI)))
+
+
+class Index:
+    """An object with ``__index__``, which runs ``action`` and returns ``value``."""
+
+    def __init__(self, value, action=None) -> None:
+        self.value, self.action = value, action
+
+    def __index__(self):
+        if self.action is not None:
+            self.action()
+        return self.value() if callable(self.value) else self.value
+
+
+def _raise(exc):
+    def action():
+        raise exc
+
+    return action
+
+
+def _register_sizes() -> None:
+    g = "sizes"
+    cases = [
+        # strides whose span wraps around 2**64 once multiplied by the extent
+        ("stride-2**62-x5", dict(shape=(5,), strides=(2**62,)), buffer_error(AI)),
+        ("stride--2**62-x5", dict(shape=(5,), strides=(-(2**62),)), buffer_error(AI)),
+        ("stride-2**61-x9", dict(shape=(9,), strides=(2**61,)), buffer_error(AI)),
+        ("stride-2**63-8-x3", dict(shape=(3,), strides=(2**63 - 8,)), buffer_error(AI)),
+        ("stride-2**62-2d", dict(shape=(5, 2), strides=(2**62, 8)), buffer_error(AI)),
+        ("stride-mixed-sign", dict(shape=(3, 3), strides=(2**62, -(2**62))), buffer_error(AI)),
+        ("stride-2**63", dict(shape=(2,), strides=(2**63,)), buffer_error(AI, "'strides'")),
+        ("stride--2**63-8", dict(shape=(2,), strides=(-(2**63) - 8,)),
+         buffer_error(AI, "'strides'")),
+        ("stride-2**64", dict(shape=(2,), strides=(2**64,)), buffer_error(AI, "'strides'")),
+        ("stride-2**200", dict(shape=(2,), strides=(2**200,)), buffer_error(AI, "'strides'")),
+        ("stride-past-end", dict(shape=(3,), strides=(8,)), buffer_error(AI, "outside")),
+        ("stride-negative-past-start", dict(shape=(2,), strides=(-8,)),
+         buffer_error(AI, "outside")),
+        # offsets near the top of the address range
+        ("offset-2**63-1", dict(offset=2**63 - 1), buffer_error(AI, ("'offset'", "outside"))),
+        ("offset-2**63-16", dict(offset=2**63 - 16), buffer_error(AI, ("'offset'", "outside"))),
+        ("offset-2**63", dict(offset=2**63), buffer_error(AI, "'offset'")),
+        ("offset-2**64", dict(offset=2**64), buffer_error(AI, "'offset'")),
+        ("offset-2**100", dict(offset=2**100), buffer_error(AI, "'offset'")),
+        ("offset--1", dict(offset=-1), buffer_error(AI, ("'offset'", "outside"))),
+        ("offset--2**63", dict(offset=-(2**63)), buffer_error(AI, ("'offset'", "outside"))),
+        ("offset-negative-stride", dict(offset=8, strides=(-(2**62),)),
+         buffer_error(AI, "outside")),
+        ("offset-len", dict(offset=16), buffer_error(AI, "outside")),
+        ("offset-float", dict(offset=8.0), buffer_error(AI, "'offset'")),
+        ("offset-str", dict(offset="8"), buffer_error(AI, "'offset'")),
+        ("offset-bool", dict(offset=True), buffer_error(AI, "outside")),
+        ("offset-index-raises", dict(offset=Index(0, _raise(RuntimeError("boom")))),
+         buffer_error(AI, "RuntimeError", "boom")),
+        # element counts that cannot fit in memory
+        ("shape-2**62-squared", dict(shape=(2**62, 2**62)), buffer_error(AI, "more elements")),
+        ("shape-2**31-cubed", dict(shape=(2**31, 2**31, 2**31)),
+         buffer_error(AI, "more elements")),
+        ("shape-2**60-f8-broadcast", dict(shape=(2**60,), strides=(0,)),
+         buffer_error(AI, "more elements")),
+        ("shape-2**63", dict(shape=(2**63,)), buffer_error(AI, "'shape'")),
+        ("shape-2**64", dict(shape=(2**64,)), buffer_error(AI, "'shape'")),
+        ("shape-2**100", dict(shape=(2**100,)), buffer_error(AI, "'shape'")),
+        ("shape--1", dict(shape=(-1,)), buffer_error(AI, "negative extent")),
+        ("shape--1-times-0", dict(shape=(-1, 0)), buffer_error(AI, "negative extent")),
+        ("shape--2**63", dict(shape=(-(2**63),)), buffer_error(AI, ("negative extent",
+                                                                   "'shape'"))),
+        ("shape--3-strides--8", dict(shape=(-3,), strides=(-8,)),
+         buffer_error(AI, "negative extent")),
+        ("shape-too-big-for-buffer", dict(shape=(3,)), buffer_error(AI, "outside")),
+        # legal, if odd, views that must be accepted with the right numbers
+        ("broadcast-2**59", dict(shape=(2**59,), strides=(0,)),
+         Gives([[2**59], [0], "float64", False])),
+        ("zero-size-offset-len", dict(shape=(0,), offset=16), Gives([[0], [1], "float64", False])),
+        ("zero-size-huge-stride", dict(shape=(0, 4), strides=(2**62, 8)),
+         Gives([[0, 4], [2**59, 1], "float64", False])),
+        ("negative-stride-inside", dict(shape=(2,), strides=(-8,), offset=8),
+         Gives([[2], [-1], "float64", False])),
+    ]
+    for name, fields, expect in cases:
+        add(g, name, via_ai(**fields), expect)
+
+    def broadcast_nbytes():
+        np = sys.modules.get("numpy") or __import__("numpy")
+        dl = asdlpack(np.broadcast_to(np.zeros((1, 1)), (2**58 + 1, 1)))
+        return [dl.size, dl.nbytes]
+
+    def broadcast(action):
+        def run():
+            np = __import__("numpy")
+            dl = asdlpack(np.broadcast_to(np.zeros((1, 1)), (2**58 + 1, 1)))
+            action(dl)
+        return run
+
+    add(g, "numpy-broadcast-nbytes", broadcast_nbytes,
+        Gives([2**58 + 1, (2**58 + 1) * 8]), needs=["numpy"])
+    add(g, "numpy-broadcast-tobytes", broadcast(lambda dl: memoryview(dl).tobytes()),
+        no_memory(), needs=["numpy"])
+    add(g, "numpy-broadcast-bytes", broadcast(bytes), no_memory(), needs=["numpy"])
+    add(g, "numpy-broadcast-copy", broadcast(lambda dl: dl.__dlpack__(copy=True)),
+        no_memory(), needs=["numpy"])
+    add(g, "numpy-broadcast-copy-legacy",
+        broadcast(lambda dl: dl.__dlpack__(max_version=(1, 0), copy=True)), no_memory(),
+        needs=["numpy"])
+
+    def ai_broadcast(action):
+        def run():
+            action(asdlpack(Iface(ai(shape=(2**58 + 1, 1), strides=(0, 0)))))
+        return run
+
+    add(g, "ai-broadcast-tobytes", ai_broadcast(lambda dl: memoryview(dl).tobytes()),
+        no_memory())
+    add(g, "ai-broadcast-copy", ai_broadcast(lambda dl: dl.__dlpack__(copy=True)), no_memory())
+    add(g, "ai-broadcast-nbytes", lambda: asdlpack(Iface(ai(shape=(2**58 + 1, 1),
+                                                             strides=(0, 0)))).nbytes,
+        Gives((2**58 + 1) * 8))
+
+
+def _register_sequences() -> None:
+    g = "sequences"
+
+    def mutating(make):
+        """make(shape_list, strides_list) -> fields: the lists given in the dict."""
+        def run():
+            shape, strides = [], []
+            fields = make(shape, strides)
+            return summary(asdlpack(Iface(ai(data=bytearray(256), **fields))))
+        return run
+
+    def grow(lst, n=1000):
+        return lambda: lst.extend([1] * n)
+
+    add(g, "shape-grows", mutating(lambda sh, st: (sh.extend([Index(2, grow(sh)), 1]),
+                                                   dict(shape=sh))[1]),
+        Gives([[2, 1], [1, 1], "float64", False]))
+    add(g, "shape-grows-a-lot", mutating(lambda sh, st: (sh.extend([Index(2, grow(sh, 10**5)),
+                                                                    2, 2]), dict(shape=sh))[1]),
+        Gives([[2, 2, 2], [4, 2, 1], "float64", False]))
+    add(g, "shape-shrinks", mutating(lambda sh, st: (sh.extend([Index(2, sh.clear), 3, 4]),
+                                                     dict(shape=sh))[1]),
+        Gives([[2, 3, 4], [12, 4, 1], "float64", False]))
+    add(g, "shape-shrinks-last", mutating(lambda sh, st: (sh.extend([1, 2, Index(4, sh.clear)]),
+                                                          dict(shape=sh))[1]),
+        Gives([[1, 2, 4], [8, 4, 1], "float64", False]))
+    add(g, "strides-grow", mutating(lambda sh, st: (st.extend([Index(8, grow(st)), 8]),
+                                                    dict(shape=(2, 1), strides=st))[1]),
+        Gives([[2, 1], [1, 1], "float64", False]))
+    add(g, "strides-shrink", mutating(lambda sh, st: (st.extend([Index(16, st.clear), 8]),
+                                                      dict(shape=(2, 2), strides=st))[1]),
+        Gives([[2, 2], [2, 1], "float64", False]))
+    add(g, "shape-grows-strides",
+        mutating(lambda sh, st: (st.extend([16, 8]),
+                                 dict(shape=[Index(2, grow(st)), 2], strides=st))[1]),
+        Gives([[2, 2], [2, 1], "float64", False]))
+    add(g, "strides-grow-shape",
+        mutating(lambda sh, st: (sh.extend([2, 2]),
+                                 dict(shape=sh, strides=[Index(16, grow(sh)), 8]))[1]),
+        Gives([[2, 2], [2, 1], "float64", False]))
+
+    bad_items = [
+        ("index-raises-runtime", Index(2, _raise(RuntimeError("boom")))),
+        ("index-raises-value", Index(2, _raise(ValueError("boom")))),
+        ("index-raises-index", Index(2, _raise(IndexError("boom")))),
+        ("index-raises-overflow", Index(2, _raise(OverflowError("boom")))),
+        ("index-raises-keyerror", Index(2, _raise(KeyError("boom")))),
+        ("index-returns-float", Index(2.0)),
+        ("index-returns-str", Index("2")),
+        ("index-returns-huge", Index(2**70)),
+        ("float", 2.0),
+        ("str", "2"),
+        ("bytes", b"2"),
+        ("none", None),
+        ("list", [2]),
+        ("complex", 2j),
+        ("huge", 2**70),
+        ("object", object()),
+    ]
+    for name, item in bad_items:
+        # An element's own exception is the producer's: wrapped, type and message kept.
+        raised = name.startswith("index-raises") and name != "index-raises-overflow"
+        add(g, f"shape-{name}", via_ai(shape=(item,)),
+            buffer_error(AI, "boom") if raised else buffer_error(AI, "'shape'"))
+        add(g, f"strides-{name}", via_ai(strides=(item,)),
+            buffer_error(AI, "boom") if raised else buffer_error(AI, "'strides'"))
+    add(g, "shape-bool", via_ai(shape=(True,)), Gives([[1], [1], "float64", False]))
+    for name, value in [("str", "2"), ("int", 2), ("none", None), ("set", {2}), ("dict", {0: 2}),
+                        ("bytes", b"\x02"), ("generator", (i for i in (2,)))]:
+        add(g, f"shape-container-{name}", via_ai(shape=value), buffer_error(AI, "'shape'"))
+    for name, value in [("str", "8"), ("int", 8), ("set", {8}), ("too-long", (8, 8)),
+                        ("too-short", ()), ("generator", (i for i in (8,)))]:
+        add(g, f"strides-container-{name}", via_ai(strides=value), buffer_error(AI, "'strides'"))
+    add(g, "shape-missing", via_ai(shape=DROP), buffer_error(AI, "'shape'"))
+    add(g, "shape-as-list", via_ai(shape=[2]), Gives([[2], [1], "float64", False]))
+    add(g, "strides-as-list", via_ai(strides=[8]), Gives([[2], [1], "float64", False]))
+    add(g, "shape-index-object", via_ai(shape=(Index(2),)), Gives([[2], [1], "float64", False]))
+    add(g, "strides-not-multiple", via_ai(strides=(4,)), buffer_error(AI, "'strides'"))
+    add(g, "shape-33-dims", via_ai(shape=(1,) * 33), Gives([[1] * 33, [1] * 33, "float64",
+                                                           False]))
+    add(g, "shape-10**6-dims", via_ai(shape=(1,) * 10**6),
+        Raises(("BufferError", "MemoryError"), (AI,)))
+
+
+def _register_typestr() -> None:
+    g = "typestr"
+    refused = [
+        ("list", [N + "f8"]), ("tuple", (N + "f8",)), ("int", 8), ("bytes", (N + "f8").encode()),
+        ("none", None), ("empty", ""), ("order-only", N), ("no-size", N + "f"),
+        ("no-order", "f8"), ("trailing", N + "f8x"), ("negative", N + "f-8"),
+        ("huge-size", N + "f" + "9" * 30), ("zero-size", N + "f0"), ("kind-0x80", N + "\x808"),
+        ("kind-0xff", N + "\xff8"), ("kind-emoji", N + "\U0001f6008"), ("order-garbage", "?f8"),
+        ("int3", N + "i3"), ("float16-bytes", N + "f16"), ("complex32", N + "c32"),
+        ("datetime", N + "M8"), ("timedelta", N + "m8"), ("unicode", N + "U4"),
+        ("object", "|O8"), ("void", "|V8"), ("bytestring", "|S4"), ("non-native", SWAP + "f8"),
+        ("bool2", "|b2"), ("nul", N + "\x008"), ("dict", {"typestr": N + "f8"}),
+        ("missing", DROP), ("spaces", " " + N + "f8"),
+    ]
+    for name, value in refused:
+        add(g, name, via_ai(typestr=value), buffer_error(AI, "'typestr'"))
+    accepted = [("native-f8", N + "f8", "float64"), ("equals-f8", "=f8", "float64"),
+                ("pipe-u1", "|u1", "uint8"), ("bool", "|b1", "bool"), ("i2", N + "i2", "int16"),
+                ("c8", N + "c8", "complex64"), ("f2", N + "f2", "float16"),
+                ("non-native-1-byte", SWAP + "i1", "int8")]
+    for name, value, dtype in accepted:
+        add(g, name, lambda v=value: asdlpack(Iface(ai(typestr=v))).dtype.name, Gives(dtype))
+    descr = [
+        ("empty-tuple", [()]), ("one-item", [("",)]), ("string", "garbage"), ("ints", [1, 2]),
+        ("unhashable-name", [(["x"], "|V2")]), ("none-name", [(None, "|V2")]),
+        ("structured", [("x", "|V1"), ("y", "|V1")]), ("nested", [[[[]]]]), ("dict", {"a": 1}),
+    ]
+    for name, value in descr:
+        add(g, f"descr-{name}", via_ai(typestr="|V2", shape=(8,), descr=value),
+            buffer_error(AI, ("'typestr'", "'descr'")))
+    add(g, "descr-bfloat16", lambda: asdlpack(Iface(ai(typestr="|V2", shape=(8,),
+                                                       descr=[("bfloat16", "|V2")]))).dtype.name,
+        Gives("bfloat16"))
+    add(g, "descr-empty-tuple-f8", via_ai(descr=[()]), Gives([[2], [1], "float64", False]))
+
+
+def _register_data() -> None:
+    g = "data"
+    buf = bytearray(64)
+    refused = [
+        ("empty-tuple", ()), ("one-item", (address(buf),)), ("three-items", (address(buf), 0, 0)),
+        ("str-address", ("x", False)), ("none-address", (None, False)),
+        ("float-address", (1.5, False)), ("negative-address", (-1, False)),
+        ("address-2**64", (2**64, False)), ("address-2**100", (2**100, False)),
+        ("null-non-empty", (0, False)),
+    ]
+    for name, value in refused:
+        add(g, f"tuple-{name}", via_ai(data=value), buffer_error(AI, "'data'"))
+    for name, value in [("int", 42), ("str", "abcdefghijklmnop"), ("list", [0] * 16),
+                        ("object", object()), ("float", 1.0)]:
+        add(g, f"not-a-buffer-{name}", via_ai(data=value), buffer_error(AI, "'data'"))
+    add(g, "non-contiguous-memoryview", via_ai(data=memoryview(bytearray(32))[::2]),
+        buffer_error(AI, "'data'"))
+    add(g, "released-memoryview", lambda: summary(asdlpack(Iface(ai(data=_released())))),
+        buffer_error(AI, "'data'"))
+    add(g, "too-small", via_ai(data=bytearray(15)), buffer_error(AI, "outside"))
+    add(g, "bytes-readonly", via_ai(data=bytes(16)), Gives([[2], [1], "float64", True]))
+    add(g, "bytearray-writable", via_ai(data=bytearray(16)), Gives([[2], [1], "float64", False]))
+    add(g, "tuple-readonly-flag", lambda: asdlpack(Iface(ai(data=(address(buf), True))))
+        .readonly, Gives(True))
+    add(g, "null-zero-size", via_ai(shape=(0,), data=(0, False)),
+        Gives([[0], [1], "float64", False]))
+    add(g, "offset-in-buffer", lambda: _offset_delta(8), Gives(8))
+    add(g, "data-none-own-buffer", lambda: summary(asdlpack(_OwnBuffer(ai(data=None)))),
+        Gives([[2], [1], "float64", False]))
+    add(g, "data-none-no-buffer", via_ai(data=None), buffer_error(AI, "'data'"))
+
+    def numpy_non_contiguous():
+        np = __import__("numpy")
+        return summary(asdlpack(Iface(ai(data=np.zeros(8)[::2]))))
+
+    add(g, "numpy-non-contiguous-data", numpy_non_contiguous, buffer_error(AI, "'data'"),
+        needs=["numpy"])
+    # mask
+    add(g, "mask-object", via_ai(mask=object()), buffer_error(AI, "'mask'"))
+    add(g, "mask-false", via_ai(mask=False), buffer_error(AI, "'mask'"))
+    add(g, "mask-bytes", via_ai(mask=bytes(2)), buffer_error(AI, "'mask'"))
+    add(g, "mask-none", via_ai(mask=None), Gives([[2], [1], "float64", False]))
+    # version
+    for name, value in [("2", 2), ("4", 4), ("str", "3"), ("list", [3]), ("neg", -1),
+                        ("huge", 2**100), ("true", True), ("none", None), ("dict", {3: 3})]:
+        add(g, f"version-{name}", via_ai(version=value), buffer_error(AI, "'version'"))
+    add(g, "version-missing", via_ai(version=DROP), Gives([[2], [1], "float64", False]))
+
+
+class _OwnBuffer(bytearray):
+    """A bytearray whose interface says data=None: 'my own buffer'."""
+
+    def __init__(self, fields) -> None:
+        super().__init__(16)
+        self.__array_interface__ = fields
+
+
+def _released():
+    m = memoryview(bytearray(16))
+    m.release()
+    return m
+
+
+def _offset_delta(offset: int) -> int:
+    buf = bytearray(32)
+    return asdlpack(Iface(ai(data=buf, offset=offset))).data_ptr - address(buf)
+
+
+def _register_mappings() -> None:
+    g = "mappings"
+    for name, make in [("ordereddict", lambda: collections.OrderedDict(ai())),
+                       ("dict-subclass", lambda: type("D", (dict,), {})(ai())),
+                       ("defaultdict", lambda: collections.defaultdict(None, ai()))]:
+        add(g, name, lambda make=make: summary(asdlpack(Iface(make()))),
+            Gives([[2], [1], "float64", False]))
+    for name, value in [("list-of-items", list(ai().items())), ("none", None), ("str", "x"),
+                        ("int", 3), ("tuple", ((2,), N + "f8")), ("set", {1})]:
+        add(g, f"not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v))),
+            buffer_error(AI, "dict"))
+        add(g, f"cai-not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v, CAI))),
+            buffer_error(CAI, "dict"))
+
+    def prop(exc):
+        def get(self):
+            raise exc
+        return lambda: asdlpack(type("P", (), {AI: property(get)})())
+
+    add(g, "property-raises-runtime", prop(RuntimeError("boom")), buffer_error(AI, "boom"))
+    add(g, "property-raises-keyerror", prop(KeyError("boom")), buffer_error(AI))
+    add(g, "property-raises-buffererror", prop(BufferError("boom")), buffer_error(AI, "boom"))
+    add(g, "property-raises-attributeerror", prop(AttributeError("boom")), type_error())
+    add(g, "nothing", lambda: asdlpack(object()), type_error("object"))
+    add(g, "int", lambda: asdlpack(3), type_error("int"))
+    # __cuda_array_interface__ refusals that come before any CUDA call
+    add(g, "cai-version-1", via_cai(version=1), buffer_error(CAI, "'version'"))
+    add(g, "cai-version-4", via_cai(version=4), buffer_error(CAI, "'version'"))
+    add(g, "cai-data-buffer", via_cai(data=bytearray(16)), buffer_error(CAI, "'data'"))
+    add(g, "cai-stream-0", via_cai(stream=0), buffer_error(CAI, "'stream'"))
+    add(g, "cai-stream-bool", via_cai(stream=True), buffer_error(CAI, "'stream'"))
+    add(g, "cai-stream-str", via_cai(stream="1"), buffer_error(CAI, "'stream'"))
+    add(g, "cai-mask", via_cai(mask=object()), buffer_error(CAI, "'mask'"))
+    add(g, "cai-typestr-list", via_cai(typestr=["<f8"]), buffer_error(CAI, "'typestr'"))
+    add(g, "cai-shape-huge", via_cai(shape=(2**62, 2**62)), buffer_error(CAI, "more elements"))
+    add(g, "cai-shape-grows", lambda: (lambda sh: (sh.extend([Index(2, lambda: sh.extend(
+        [1] * 1000)), 1]), summary(asdlpack(Iface(ai(shape=sh, data=(0, False)), CAI))))[1])([]),
+        buffer_error(CAI, "'data'"))
+
+
+# -- __array_struct__ built with ctypes ------------------------------------------------------------
+
+class PyArrayInterface(ctypes.Structure):
+    """NumPy's PyArrayInterface C struct (what an __array_struct__ capsule points at)."""
+
+    _fields_ = [("two", ctypes.c_int), ("nd", ctypes.c_int), ("typekind", ctypes.c_char),
+                ("itemsize", ctypes.c_int), ("flags", ctypes.c_int),
+                ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)), ("data", ctypes.c_void_p),
+                ("descr", ctypes.c_void_p)]
+
+
+ALIGNED, NOTSWAPPED, WRITEABLE = 0x100, 0x200, 0x400
+KEEP: list = []           # ctypes memory that capsules point at, alive for the whole child run
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def capsule(address: int, name: bytes | None):
+    """A PyCapsule without destructor; its name lives as long as the child."""
+    if name is not None:
+        name = ctypes.create_string_buffer(name)
+        KEEP.append(name)
+    return _capsule_new(address, name, None)
+
+
+class Struct:
+    """An object whose __array_struct__ is a capsule over a ctypes PyArrayInterface."""
+
+    def __init__(self, cap) -> None:
+        self.cap = cap
+
+    @property
+    def __array_struct__(self):
+        return self.cap
+
+
+def array_struct(*, two=2, nd=1, typekind=b"f", itemsize=8,
+                 flags=ALIGNED | NOTSWAPPED | WRITEABLE, shape=(2,), strides=(8,), data=True,
+                 name=None, null_shape=False):
+    s = PyArrayInterface()
+    buf = (ctypes.c_char * 64)()
+    KEEP.extend([s, buf])
+    s.two, s.nd, s.typekind, s.itemsize, s.flags = two, nd, typekind, itemsize, flags
+    if shape is not None and not null_shape:
+        arr = (ctypes.c_ssize_t * len(shape))(*shape)
+        KEEP.append(arr)
+        s.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_ssize_t))
+    if strides is not None:
+        arr = (ctypes.c_ssize_t * len(strides))(*strides)
+        KEEP.append(arr)
+        s.strides = ctypes.cast(arr, ctypes.POINTER(ctypes.c_ssize_t))
+    s.data = ctypes.addressof(buf) if data else None
+    return Struct(capsule(ctypes.addressof(s), name))
+
+
+def via_struct(**fields):
+    return lambda: summary(asdlpack(array_struct(**fields)))
+
+
+def _register_array_struct() -> None:
+    g = "array_struct"
+    refused = [
+        ("two-3", dict(two=3), ("'two'",)),
+        ("two-0", dict(two=0), ("'two'",)),
+        ("nd--1", dict(nd=-1), ("'nd'",)),
+        ("nd-int-min", dict(nd=-(2**31)), ("'nd'",)),
+        ("nd-2-null-shape", dict(nd=2, null_shape=True), ("'shape'",)),
+        ("nd-1-null-shape", dict(null_shape=True, strides=None), ("'shape'",)),
+        ("null-data", dict(data=False), ("'data'",)),
+        ("typekind-0xff", dict(typekind=b"\xff"), KIND),
+        ("typekind-0x80", dict(typekind=b"\x80"), KIND),
+        ("typekind-nul", dict(typekind=b"\x00"), KIND),
+        ("typekind-z", dict(typekind=b"z"), KIND),
+        ("typekind-object", dict(typekind=b"O"), KIND),
+        ("typekind-void", dict(typekind=b"V", itemsize=16), KIND),
+        ("itemsize-0", dict(itemsize=0), KIND),
+        ("itemsize--1", dict(itemsize=-1), KIND),
+        ("itemsize--8", dict(itemsize=-8), KIND),
+        ("itemsize-huge", dict(itemsize=2**31 - 1), KIND),
+        ("itemsize-3", dict(itemsize=3), KIND),
+        ("long-double", dict(itemsize=16, strides=(16,)), KIND),
+        ("no-flags", dict(flags=0), ("'flags'",)),
+        ("not-aligned", dict(flags=NOTSWAPPED | WRITEABLE), ("'flags'",)),
+        ("swapped", dict(flags=ALIGNED | WRITEABLE), ("'flags'",)),
+        ("strides-not-multiple", dict(strides=(4,)), ("'strides'",)),
+        ("shape-negative", dict(shape=(-2,)), ("negative extent",)),
+        ("shape-huge", dict(nd=2, shape=(2**62, 2**62), strides=(8, 8)), ("more elements",)),
+        ("span-wraps", dict(shape=(5,), strides=(2**62,)), ()),
+    ]
+    for name, fields, words in refused:
+        add(g, name, via_struct(**fields), buffer_error(AS, *words))
+    add(g, "nd-huge", via_struct(nd=2**31 - 1), Raises(("BufferError", "MemoryError"), (AS,)))
+    add(g, "nd-100000", via_struct(nd=100000), Raises(("BufferError", "MemoryError"), (AS,)))
+    add(g, "not-a-capsule", lambda: asdlpack(Struct(3)), buffer_error(AS))
+    add(g, "none", lambda: asdlpack(Struct(None)), buffer_error(AS))
+    add(g, "valid", via_struct(), Gives([[2], [1], "float64", False]))
+    add(g, "null-strides", via_struct(strides=None), Gives([[2], [1], "float64", False]))
+    add(g, "null-data-empty", via_struct(shape=(0,), data=False),
+        Gives([[0], [1], "float64", False]))
+    add(g, "readonly", via_struct(flags=ALIGNED | NOTSWAPPED), Gives([[2], [1], "float64", True]))
+    add(g, "one-byte-swapped", via_struct(typekind=b"u", itemsize=1, strides=(1,),
+                                          flags=ALIGNED | WRITEABLE),
+        Gives([[2], [1], "uint8", False]))
+    add(g, "nd-0", via_struct(nd=0, shape=None, strides=None), Gives([[], [], "float64", False]))
+    add(g, "named-capsule", via_struct(name=b"whatever"), Gives([[2], [1], "float64", False]))
+
+
+# -- DLPack capsules built with ctypes -------------------------------------------------------------
+
+DELETED: collections.Counter = collections.Counter()
+LAST: list = [None]          # tag of the latest struct built, for the 'after' hook
+
+
+def _dlc():
+    import dlpack.ctypes as dlc
+
+    return dlc
+
+
+def managed(*, versioned=True, shape=(4,), strides=None, ndim=None, code=2, bits=32, lanes=1,
+            flags=0, version=(1, 3), byte_offset=0, data=True, null_shape=False, deleter=True,
+            device=(1, 0)):
+    """A DLManagedTensor[Versioned] over 64 bytes of 0..63, whose deleter counts its calls."""
+    dlc = _dlc()
+    kind = dlc.DLManagedTensorVersioned if versioned else dlc.DLManagedTensor
+    m = kind()
+    buf = (ctypes.c_ubyte * 64)(*range(64))
+    tag = len(KEEP)
+    KEEP.extend([m, buf])
+    t = m.dl_tensor
+    t.data = ctypes.addressof(buf) if data else None
+    t.device.device_type, t.device.device_id = device
+    t.ndim = len(shape) if ndim is None else ndim
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code, bits, lanes
+    if not null_shape:
+        arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        KEEP.append(arr)
+        t.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+    if strides is not None:
+        arr = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+        KEEP.append(arr)
+        t.strides = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+    t.byte_offset = byte_offset
+    if versioned:
+        m.version.major, m.version.minor = version
+        m.flags = flags
+    if deleter:
+        ftype = dlc.DLManagedTensorVersionedDeleter if versioned else dlc.DLManagedTensorDeleter
+
+        def count(_ptr, tag=tag):
+            DELETED[tag] += 1
+
+        fn = ftype(count)
+        KEEP.append(fn)
+        m.deleter = fn
+    LAST[0] = tag
+    return m
+
+
+def deleted() -> int:
+    """How many times the latest struct's deleter ran, once garbage is collected."""
+    gc.collect()
+    return DELETED[LAST[0]]
+
+
+def dl_capsule(name=b"dltensor_versioned", **fields):
+    m = managed(versioned=name is None or b"versioned" in name, **fields)
+    return capsule(ctypes.addressof(m), name)
+
+
+def via_capsule(name=b"dltensor_versioned", kwargs=None, **fields):
+    return lambda: summary(asdlpack(dl_capsule(name, **fields), **(kwargs or {})))
+
+
+def _register_capsules() -> None:
+    g = "capsules"
+    refused = [
+        ("null-shape-ndim-2", dict(shape=(2, 2), null_shape=True), ("'shape'",)),
+        ("null-shape-ndim-1", dict(null_shape=True), ("'shape'",)),
+        ("ndim--1", dict(ndim=-1), ("'ndim'",)),
+        ("ndim-int-min", dict(ndim=-(2**31)), ("'ndim'",)),
+        ("bits-0", dict(bits=0), ("'dtype'",)),
+        ("bits-12", dict(code=1, bits=12), ("'dtype'",)),
+        ("bits-9", dict(code=1, bits=9), ("'dtype'",)),
+        ("bits-255", dict(code=1, bits=255), ("'dtype'",)),
+        ("lanes-0", dict(lanes=0), ("'dtype'",)),
+        ("padded-bits-16", dict(code=1, bits=16, flags=4), ("'flags'",)),
+        ("padded-bits-8", dict(code=1, bits=8, flags=4), ("'flags'",)),
+        ("packed-strided", dict(code=1, bits=4, shape=(4,), strides=(2,)), ("'strides'",
+                                                                           "contiguous")),
+        ("null-data", dict(data=False), ("'data'",)),
+        ("negative-extent", dict(shape=(-4,)), ("negative extent",)),
+        ("huge-shape", dict(shape=(2**62, 2**62)), ("more elements",)),
+        ("byte-offset-wraps", dict(byte_offset=2**64 - 8), ("'byte_offset'",)),
+        ("byte-offset-2**63", dict(byte_offset=2**63), ("'byte_offset'",)),
+        ("version-2", dict(version=(2, 0)), ("'version'",)),
+        ("version-max", dict(version=(2**32 - 1, 0)), ("'version'",)),
+    ]
+    for name, fields, words in refused:
+        add(g, name, via_capsule(**fields), buffer_error(CAP, *words, after=1), after=deleted)
+    add(g, "legacy-null-shape", via_capsule(b"dltensor", shape=(2,), null_shape=True),
+        buffer_error(CAP, "'shape'", after=1), after=deleted)
+    add(g, "legacy-bits-12", via_capsule(b"dltensor", code=1, bits=12),
+        buffer_error(CAP, "'dtype'", after=1), after=deleted)
+    add(g, "ndim-huge", via_capsule(ndim=2**31 - 1), Raises(("BufferError", "MemoryError"),
+                                                            (CAP,), after=1), after=deleted)
+    add(g, "ndim-100000", via_capsule(ndim=100000), Raises(("BufferError", "MemoryError"),
+                                                           (CAP,), after=1), after=deleted)
+    for name, cname in [("used", b"used_dltensor_versioned"), ("used-legacy", b"used_dltensor"),
+                        ("foreign", b"foo"), ("empty", b""), ("null", None),
+                        ("exchange-api", b"dlpack_exchange_api"), ("prefix", b"dltensor_v")]:
+        add(g, f"name-{name}", lambda cname=cname: asdlpack(dl_capsule(cname)),
+            buffer_error(CAP, after=0), after=deleted)
+    add(g, "consumed-twice", _consume_twice, buffer_error(CAP, "consumed", after=1),
+        after=deleted)
+    accepted = [
+        ("valid", {}, [[4], [1], "float32", False]),
+        ("null-strides", dict(shape=(2, 2)), [[2, 2], [2, 1], "float32", False]),
+        ("strides", dict(shape=(2, 2), strides=(1, 2)), [[2, 2], [1, 2], "float32", False]),
+        ("readonly-flag", dict(flags=1), [[4], [1], "float32", True]),
+        ("unknown-flag-bits", dict(flags=1 << 40), [[4], [1], "float32", False]),
+        ("packed-int4", dict(code=0, bits=4, shape=(5,)), [[5], [1], "int4", False]),
+        ("padded-int4", dict(code=0, bits=4, shape=(5,), flags=4), [[5], [1], "int4", False]),
+        ("packed-bool1", dict(code=1, bits=1, shape=(17,)), [[17], [1], "uint1", False]),
+        ("lanes-4", dict(code=2, bits=32, lanes=4, shape=(2,)), [[2], [1], "float32x4", False]),
+        ("bits-24", dict(code=1, bits=24, shape=(3,)), [[3], [1], "uint24", False]),
+        ("byte-offset-8", dict(code=1, bits=8, byte_offset=8, shape=(4,)),
+         [[4], [1], "uint8", False]),
+        ("zero-size-null-data", dict(shape=(0,), data=False), [[0], [1], "float32", False]),
+        ("ndim-0", dict(shape=()), [[], [], "float32", False]),
+        ("version-1-0", dict(version=(1, 0)), [[4], [1], "float32", False]),
+        ("version-1-99", dict(version=(1, 99)), [[4], [1], "float32", False]),
+    ]
+    for name, fields, value in accepted:
+        add(g, name, via_capsule(**fields), Gives(value, after=1), after=deleted)
+    add(g, "null-deleter", via_capsule(deleter=False), Gives([[4], [1], "float32", False]))
+    add(g, "legacy-readonly", via_capsule(b"dltensor"),
+        Gives([[4], [1], "float32", True], after=1), after=deleted)
+    add(g, "legacy-writable", via_capsule(b"dltensor", kwargs={"legacy_writable": True}),
+        Gives([[4], [1], "float32", False]))
+    add(g, "byte-offset-data", lambda: _byte_offset_bytes(8), Gives([8, 9, 10, 11]))
+    # what a packed or padded tensor gives back: sizes that agree with each other
+    add(g, "packed-int4-sizes", lambda: _sizes(code=0, bits=4, shape=(5,)), Gives([3, 1, 3]))
+    add(g, "padded-int4-sizes", lambda: _sizes(code=0, bits=4, shape=(5,), flags=4),
+        Gives([5, 1, 5]))
+    add(g, "lanes-4-sizes", lambda: _sizes(code=2, bits=32, lanes=4, shape=(2,)),
+        Gives([32, 16, 32]))
+    add(g, "bits-24-sizes", lambda: _sizes(code=1, bits=24, shape=(3,)), Gives([9, 3, 9]))
+    add(g, "packed-int4-memoryview",
+        lambda: memoryview(asdlpack(dl_capsule(code=0, bits=4, shape=(5,)))),
+        buffer_error(BUF, "int4"))
+    add(g, "padded-int4-memoryview",
+        lambda: memoryview(asdlpack(dl_capsule(code=0, bits=4, shape=(5,), flags=4))),
+        buffer_error(BUF, "int4"))
+    add(g, "bits-24-memoryview",
+        lambda: memoryview(asdlpack(dl_capsule(code=1, bits=24, shape=(3,)))),
+        buffer_error(BUF, "uint24"))
+    add(g, "todict-null-shape", lambda: _todict(dl_capsule(shape=(2, 2), null_shape=True)),
+        buffer_error(CAP, "'shape'"))
+    add(g, "todict-ndim--1", lambda: _todict(dl_capsule(ndim=-1)), buffer_error(CAP, "'ndim'"))
+    add(g, "todict-legacy-null-shape",
+        lambda: _todict(dl_capsule(b"dltensor", shape=(2,), null_shape=True)),
+        buffer_error(CAP, "'shape'"))
+    add(g, "todict-valid", lambda: _todict(dl_capsule(shape=(2, 2)))["shape"], Gives([2, 2]))
+    add(g, "todict-foreign", lambda: _todict(dl_capsule(b"foo")), buffer_error(CAP))
+    add(g, "todict-does-not-consume", _todict_keeps, Gives([[4], [1], "float32", False]))
+
+
+def _todict(cap):
+    from dlpack import todict
+
+    return todict(cap)
+
+
+def _todict_keeps():
+    cap = dl_capsule()
+    _todict(cap)
+    return summary(asdlpack(cap))
+
+
+def _consume_twice():
+    cap = dl_capsule()
+    asdlpack(cap)
+    return asdlpack(cap)
+
+
+def _byte_offset_bytes(offset: int) -> list:
+    dl = asdlpack(dl_capsule(code=1, bits=8, byte_offset=offset, shape=(4,)))
+    return list(memoryview(dl))
+
+
+def _sizes(**fields) -> list:
+    """nbytes, itemsize and the length of the bytes a copy=True export carries."""
+    dl = asdlpack(dl_capsule(**fields))
+    cap = dl.__dlpack__(max_version=(1, 3), copy=True)
+    copied = asdlpack(cap)
+    return [dl.nbytes, dl.itemsize, copied.nbytes]
+
+
+# -- buffer protocol formats -----------------------------------------------------------------------
+
+def _testbuffer(items, **kwargs):
+    import _testbuffer
+
+    flags = kwargs.pop("flags", ())
+    names = {"pil": _testbuffer.ND_PIL, "writable": _testbuffer.ND_WRITABLE,
+             "fortran": _testbuffer.ND_FORTRAN}
+    return _testbuffer.ndarray(items, flags=sum(names[f] for f in flags), **kwargs)
+
+
+def via_buffer(make):
+    return lambda: summary(asdlpack(make()))
+
+
+class CStruct(ctypes.Structure):
+    _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_double)]
+
+
+class PackedStruct(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int32)]
+
+
+def _register_buffers() -> None:
+    g = "buffers"
+    fmts = [("b", "int8"), ("B", "uint8"), ("h", "int16"), ("H", "uint16"), ("i", "int32"),
+            ("I", "uint32"), ("l", f"int{8 * ctypes.sizeof(ctypes.c_long)}"),
+            ("L", f"uint{8 * ctypes.sizeof(ctypes.c_long)}"), ("q", "int64"), ("Q", "uint64"),
+            ("n", "int64"), ("N", "uint64"), ("f", "float32"), ("d", "float64"),
+            ("?", "bool"), ("c", "uint8")]
+    for fmt, dtype in fmts:
+        add(g, f"cast-{fmt}", lambda fmt=fmt: asdlpack(memoryview(bytearray(16)).cast(fmt))
+            .dtype.name, Gives(dtype))
+    add(g, "cast-P", lambda: asdlpack(memoryview(bytearray(16)).cast("P")),
+        buffer_error(BUF, "'P'"))
+    add(g, "cast-3d", via_buffer(lambda: memoryview(bytearray(24)).cast("B", (2, 3, 4))),
+        Gives([[2, 3, 4], [12, 4, 1], "uint8", False]))
+    add(g, "memoryview-step-2", via_buffer(lambda: memoryview(bytearray(16))[::2]),
+        Gives([[8], [2], "uint8", False]))
+    add(g, "memoryview-reversed", lambda: _reversed_delta(), Gives([[-1], 15]))
+    add(g, "memoryview-released", lambda: asdlpack(_released()), buffer_error(BUF))
+    add(g, "memoryview-readonly", via_buffer(lambda: memoryview(bytes(4))),
+        Gives([[4], [1], "uint8", True]))
+    add(g, "bytearray-empty", via_buffer(bytearray), Gives([[0], [1], "uint8", False]))
+    add(g, "bytearray-resize-refused", _resize_refused, Gives("refused"))
+    add(g, "mmap-close-refused", _mmap_close_refused, Gives("refused"))
+    add(g, "array-d", via_buffer(lambda: array.array("d", [1, 2])),
+        Gives([[2], [1], "float64", False]))
+    add(g, "array-u", via_buffer(lambda: array.array("u", "ab")), buffer_error(BUF, "format"))
+    ctypes_cases = [
+        ("long-double", lambda: (ctypes.c_longdouble * 2)(), ("'<g'", "long double")),
+        ("pointer", lambda: (ctypes.c_void_p * 2)(), ("'<P'",)),
+        ("char-p", lambda: (ctypes.c_char_p * 2)(), ("format",)),
+        ("struct", CStruct, ("struct",)),
+        ("struct-array", lambda: (CStruct * 2)(), ("struct",)),
+        ("packed-struct", PackedStruct, ("'itemsize'",)),
+        ("big-endian", lambda: (ctypes.c_int32.__ctype_be__ * 2)(), ("non-native",)),
+        ("big-endian-double", lambda: (ctypes.c_double.__ctype_be__ * 2)(), ("non-native",)),
+        ("py-object", lambda: (ctypes.py_object * 2)(), ("format",)),
+        ("wchar", lambda: (ctypes.c_wchar * 2)(), ("format",)),
+        ("bool-big-endian-struct", lambda: type("BE", (ctypes.BigEndianStructure,), {
+            "_fields_": [("a", ctypes.c_int16)]})(), ("struct",)),
+    ]
+    for name, make, words in ctypes_cases:
+        add(g, f"ctypes-{name}", lambda make=make: asdlpack(make()), buffer_error(BUF, *words))
+    add(g, "ctypes-int16-2d", via_buffer(lambda: (ctypes.c_int16 * 3 * 2)()),
+        Gives([[2, 3], [3, 1], "int16", False]))
+    add(g, "ctypes-double-scalar", via_buffer(ctypes.c_double), Gives([[], [], "float64", False]))
+    add(g, "ctypes-bool", via_buffer(lambda: (ctypes.c_bool * 3)()),
+        Gives([[3], [1], "bool", False]))
+    add(g, "ctypes-little-endian", via_buffer(lambda: (ctypes.c_int16.__ctype_le__ * 2)()),
+        Gives([[2], [1], "int16", False]) if N == "<" else buffer_error(BUF, "non-native"))
+    tb = [
+        ("pil", lambda: _testbuffer(list(range(12)), shape=[3, 4], format="i", flags=["pil"]),
+         ("'suboffsets'",)),
+        ("multi-item", lambda: _testbuffer([(1, 2), (3, 4)], shape=[2], format="2i"),
+         ("'2i'",)),
+        ("struct-format", lambda: _testbuffer([(1, 2.0)], shape=[1], format="id"), ("'id'",)),
+        ("padding", lambda: _testbuffer([1, 2], shape=[2], format="xb"), ("'xb'",)),
+        ("non-native", lambda: _testbuffer([1.0, 2.0], shape=[2], format=SWAP + "d"),
+         ("non-native",)),
+        ("string", lambda: _testbuffer([b"ab"], shape=[1], format="2s"), ("'2s'",)),
+        ("pascal", lambda: _testbuffer([b"ab"], shape=[1], format="p"), ("'p'",)),
+        ("pointer", lambda: _testbuffer([1, 2], shape=[2], format="P"), ("'P'",)),
+    ]
+    for name, make, words in tb:
+        add(g, f"testbuffer-{name}", lambda make=make: asdlpack(make()), buffer_error(BUF, *words),
+            needs=["_testbuffer"])
+    tb_ok = [
+        ("fortran", lambda: _testbuffer(list(range(6)), shape=[2, 3], format="h",
+                                        flags=["fortran"]), [[2, 3], [1, 2], "int16", True]),
+        ("strided", lambda: _testbuffer(list(range(12)), shape=[3, 4], format="i")[::2, ::-1],
+         [[2, 4], [8, -1], "int32", True]),
+        ("zero-dim", lambda: _testbuffer(5, shape=[], format="q"), [[], [], "int64", True]),
+        ("writable", lambda: _testbuffer([1, 2], shape=[2], format="f", flags=["writable"]),
+         [[2], [1], "float32", False]),
+        ("native-at", lambda: _testbuffer([1, 2], shape=[2], format="@i"),
+         [[2], [1], "int32", True]),
+        ("standard-equals", lambda: _testbuffer([1, 2], shape=[2], format="=q"),
+         [[2], [1], "int64", True]),
+    ]
+    for name, make, value in tb_ok:
+        add(g, f"testbuffer-{name}", via_buffer(make), Gives(value), needs=["_testbuffer"])
+
+
+def _reversed_delta() -> list:
+    buf = bytearray(16)
+    dl = asdlpack(memoryview(buf)[::-1])
+    return [list(dl.strides), dl.data_ptr - address(buf)]
+
+
+def _resize_refused() -> str:
+    buf = bytearray(8)
+    dl = asdlpack(buf)
+    try:
+        buf.extend(b"x" * 4096)
+    except BufferError:
+        return "refused"
+    return f"resized while exported ({dl!r})"
+
+
+def _mmap_close_refused() -> str:
+    m = mmap.mmap(-1, 4096)
+    dl = asdlpack(m)
+    try:
+        m.close()
+    except BufferError:
+        return "refused"
+    return f"closed while exported ({dl!r})"
+
+
+# -- C exchange API, object creation, NumPy's identity, caches -------------------------------------
+
+SetError = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+
+
+def _exchange_api():
+    """DLPackObject's DLPackExchangeAPI, as a ctypes structure."""
+    dlc = _dlc()
+    p_mtv = ctypes.POINTER(dlc.DLManagedTensorVersioned)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", dlc.DLPackVersion), ("prev_api", ctypes.c_void_p)]
+
+    class API(ctypes.Structure):
+        _fields_ = [
+            ("header", Header),
+            ("managed_tensor_allocator", ctypes.CFUNCTYPE(
+                ctypes.c_int, ctypes.POINTER(dlc.DLTensor), ctypes.POINTER(p_mtv),
+                ctypes.c_void_p, SetError)),
+            ("managed_tensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
+                ctypes.c_int, ctypes.py_object, ctypes.POINTER(p_mtv))),
+            ("managed_tensor_to_py_object_no_sync", ctypes.PYFUNCTYPE(
+                ctypes.c_int, p_mtv, ctypes.POINTER(ctypes.py_object))),
+            ("dltensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
+                ctypes.c_int, ctypes.py_object, ctypes.POINTER(dlc.DLTensor))),
+        ]
+
+    from dlpack import DLPackObject
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    cap = DLPackObject.__dlpack_c_exchange_api__
+    return API.from_address(get(cap, b"dlpack_exchange_api")), p_mtv
+
+
+def _allocate(shape, *, bits=64, lanes=1, code=2, ndim=None, null_shape=False, device=1):
+    """Call managed_tensor_allocator: 'refused' when it returns -1 with a Buffer/MemoryError."""
+    dlc = _dlc()
+    api, p_mtv = _exchange_api()
+    proto = dlc.DLTensor()
+    proto.ndim = len(shape) if ndim is None else ndim
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = code, bits, lanes
+    proto.device.device_type = device
+    if not null_shape:
+        arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        KEEP.append(arr)
+        proto.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+    errors = []
+    on_error = SetError(lambda _ctx, kind, msg: errors.append(kind.decode()))
+    out = p_mtv()
+    rc = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None, on_error)
+    if rc == 0:
+        t = out.contents.dl_tensor
+        result = [rc, [t.shape[i] for i in range(t.ndim)], [t.strides[i] for i in range(t.ndim)]]
+        out.contents.deleter(out)
+        return result
+    if rc == -1 and errors and errors[0] in ("BufferError", "MemoryError"):
+        return "refused"
+    return [rc, errors]
+
+
+def _register_api() -> None:
+    g = "exchange_api"
+    for name, shape in [("2**58+1-f8", (2**58 + 1,)), ("2**62-squared", (2**62, 2**62)),
+                        ("2**61-x4", (2**61, 4)), ("2**63-1", (2**63 - 1,)),
+                        ("negative", (-1,)), ("negative-with-zero", (0, -1)),
+                        ("int64-min", (-(2**63),))]:
+        add(g, f"allocator-{name}", lambda shape=shape: _allocate(shape), Gives("refused"))
+    add(g, "allocator-null-shape", lambda: _allocate((2, 2), null_shape=True), Gives("refused"))
+    add(g, "allocator-ndim--1", lambda: _allocate((), ndim=-1), Gives("refused"))
+    add(g, "allocator-bits-12", lambda: _allocate((3,), bits=12, code=1), Gives("refused"))
+    add(g, "allocator-lanes-0", lambda: _allocate((3,), lanes=0), Gives("refused"))
+    add(g, "allocator-cuda", lambda: _allocate((3,), device=2), Gives("refused"))
+    add(g, "allocator-ok", lambda: _allocate((3, 4), bits=32), Gives([0, [3, 4], [4, 1]]))
+    add(g, "allocator-zero-size", lambda: _allocate((0, 5)), Gives([0, [0, 5], [5, 1]]))
+    add(g, "allocator-0-d", lambda: _allocate(()), Gives([0, [], []]))
+
+    def from_py(obj):
+        api, p_mtv = _exchange_api()
+        out = p_mtv()
+        return api.managed_tensor_from_py_object_no_sync(obj, ctypes.byref(out))
+
+    add(g, "from-py-bytes", lambda: from_py(b"abc"), type_error("DLPackObject"))
+    add(g, "from-py-none", lambda: from_py(None), type_error("DLPackObject"))
+
+    def dltensor(obj):
+        dlc = _dlc()
+        api, _ = _exchange_api()
+        return api.dltensor_from_py_object_no_sync(obj, ctypes.byref(dlc.DLTensor()))
+
+    add(g, "dltensor-int", lambda: dltensor(3), type_error("DLPackObject"))
+
+    def to_py_versioned(major):
+        api, _p_mtv = _exchange_api()
+        m = managed(version=(major, 0))
+        out = ctypes.py_object()
+        api.managed_tensor_to_py_object_no_sync(ctypes.pointer(m), ctypes.byref(out))
+        return summary(out.value)
+
+    add(g, "to-py-version-2", lambda: to_py_versioned(2), buffer_error("'version'", after=1),
+        after=deleted)
+    add(g, "to-py-version-1", lambda: to_py_versioned(1),
+        Gives([[4], [1], "float32", False]))
+
+    def to_py_null_shape():
+        api, _p_mtv = _exchange_api()
+        m = managed(shape=(2, 2), null_shape=True)
+        out = ctypes.py_object()
+        api.managed_tensor_to_py_object_no_sync(ctypes.pointer(m), ctypes.byref(out))
+
+    add(g, "to-py-null-shape", to_py_null_shape, buffer_error("'shape'", after=1), after=deleted)
+
+
+def _register_objects() -> None:
+    g = "objects"
+
+    def new():
+        from dlpack import DLPackObject
+
+        return DLPackObject.__new__(DLPackObject)
+
+    def new_export():
+        return new().__dlpack__()
+
+    def subclass():
+        from dlpack import DLPackObject
+
+        return type("Sub", (DLPackObject,), {})
+
+    def init():
+        from dlpack import DLPackObject
+
+        return DLPackObject()
+
+    add(g, "new", lambda: repr(new()), type_error("asdlpack"))
+    add(g, "new-export", new_export, type_error("asdlpack"))
+    add(g, "init", init, type_error("asdlpack"))
+    add(g, "subclass", subclass, type_error())
+    add(g, "object-new", lambda: object.__new__(__import__("dlpack").DLPackObject), type_error())
+    add(g, "idempotent", lambda: (lambda d: asdlpack(d) is d)(asdlpack(bytearray(4))), Gives(True))
+    add(g, "unknown-kwarg", lambda: asdlpack(b"x", writable=True), type_error())
+
+
+def _fake_numpy(with_slots: bool):
+    """A class named ndarray in a module named numpy, speaking __array_interface__ only."""
+    ns = {"__module__": "numpy", "__array_interface__": property(
+        lambda self: ai(shape=(2,), data=self.buf))}
+    ns["__slots__" if with_slots else "__doc__"] = ("buf",) if with_slots else "fake"
+    cls = type("ndarray", (), ns)
+    out = []
+    for _ in range(3):
+        obj = cls()
+        obj.buf = bytearray(16)
+        out.append(summary(asdlpack(obj)))
+    return out
+
+
+def _register_fake_numpy() -> None:
+    g = "fake_numpy"       # its own child: NumPy must not have been imported before
+    add(g, "slots", lambda: _fake_numpy(True), Gives([[[2], [1], "float64", False]] * 3))
+    add(g, "dict", lambda: _fake_numpy(False), Gives([[[2], [1], "float64", False]] * 3))
+
+    def real_after_fake():
+        np = __import__("numpy")
+        a = np.arange(6.0).reshape(2, 3)[:, ::2]
+        dl = asdlpack(a)
+        return [*summary(dl), dl.data_ptr == a.ctypes.data]
+
+    add(g, "real-numpy-after", real_after_fake, Gives([[2, 2], [3, 2], "float64", False, True]),
+        needs=["numpy"])
+
+
+def _many_classes(n: int, with_api: bool) -> int:
+    """Put n user classes through asdlpack; how many are still alive afterwards."""
+    from dlpack import DLPackObject
+
+    src = asdlpack(bytearray(8))
+    ns = {"__dlpack__": lambda self, **kw: src.__dlpack__(**kw)}
+    if with_api:
+        ns["__dlpack_c_exchange_api__"] = DLPackObject.__dlpack_c_exchange_api__
+    refs = []
+    for i in range(n):
+        cls = type(f"Provider{i}", (), dict(ns))
+        asdlpack(cls())
+        refs.append(weakref.ref(cls))
+        del cls
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def _register_classes() -> None:
+    g = "classes"
+    add(g, "10**5-dlpack-classes-collected", lambda: _many_classes(10**5, False), Gives(0))
+    add(g, "10**4-api-classes-collected", lambda: _many_classes(10**4, True), Gives(0))
+
+
+def _register_pointers() -> None:
+    g = "pointers"
+
+    def to_pointer(obj, **kwargs):
+        import dlpack.ctypes as dlc
+
+        return dlc.to_pointer(obj, **kwargs)
+
+    def pointer_versioned():
+        buf = bytearray(b"abcd")
+        p = to_pointer(buf)
+        t = p.contents.dl_tensor
+        result = [t.ndim, t.shape[0], p.contents.flags, t.data == address(buf)]
+        p.contents.deleter(p)
+        return result
+
+    def pointer_readonly():
+        data = b"abcd"
+        p = to_pointer(data)
+        result = [p.contents.flags & 1, bytes((ctypes.c_char * 4).from_address(
+            p.contents.dl_tensor.data))]
+        p.contents.deleter(p)
+        return result
+
+    def pointer_legacy_readonly():
+        data = b"abcd"
+        p = to_pointer(data, versioned=False)
+        t = p.contents.dl_tensor
+        result = [bytes((ctypes.c_char * 4).from_address(t.data)),
+                  t.data == ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value]
+        p.contents.deleter(p)
+        return result
+
+    def round_trip():
+        import dlpack.ctypes as dlc
+
+        buf = bytearray(b"abcd")
+        p = to_pointer(buf)
+        dl = dlc.from_pointer(p)
+        return [summary(dl), dl.data_ptr == address(buf), bool(p)]
+
+    def twice():
+        import dlpack.ctypes as dlc
+
+        p = to_pointer(bytearray(4))
+        dlc.from_pointer(p)
+        return dlc.from_pointer(p)
+
+    def null():
+        import dlpack.ctypes as dlc
+
+        return asdlpack(ctypes.POINTER(dlc.DLManagedTensorVersioned)())
+
+    def newer_major():
+        m = managed(version=(2, 0))
+        return asdlpack(ctypes.pointer(m))
+
+    def legacy_pointer():
+        m = managed(versioned=False)
+        return summary(asdlpack(ctypes.pointer(m)))
+
+    def null_shape_pointer():
+        m = managed(shape=(2, 2), null_shape=True)
+        return summary(asdlpack(ctypes.pointer(m)))
+
+    add(g, "to-pointer-versioned", pointer_versioned, Gives([1, 4, 0, True]))
+    add(g, "to-pointer-many", lambda: [pointer_versioned() for _ in range(200)][-1],
+        Gives([1, 4, 0, True]))
+    add(g, "to-pointer-readonly", pointer_readonly, Gives([1, "b'abcd'"]))
+    add(g, "to-pointer-legacy-readonly-copies", pointer_legacy_readonly, Gives(["b'abcd'", False]))
+    add(g, "round-trip", round_trip, Gives([[[4], [1], "uint8", False], True, False]))
+    add(g, "taken-twice", twice, buffer_error(PTR))
+    add(g, "null-pointer", null, buffer_error(PTR))
+    add(g, "newer-major", newer_major, buffer_error(PTR, "version", after=1), after=deleted)
+    add(g, "legacy-readonly", legacy_pointer, Gives([[4], [1], "float32", True], after=1),
+        after=deleted)
+    add(g, "null-shape", null_shape_pointer, buffer_error(PTR, "'shape'", after=1),
+        after=deleted)
+
+
+def _register_export() -> None:
+    g = "export"
+
+    def export(obj, **kwargs):
+        from dlpack import todict
+
+        src = obj if hasattr(obj, "__dlpack__") else asdlpack(obj)
+        cap = src.__dlpack__(**kwargs)
+        KEEP.append(cap)        # an unconsumed capsule owns its copy: alive while cases read it
+        return todict(cap)
+
+    def legacy_copy(**kwargs):
+        data = b"abcd"
+        d = export(asdlpack(data, **kwargs))
+        base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+        return [d["version"], bytes((ctypes.c_char * 4).from_address(d["data"])),
+                d["data"] == base]
+
+    add(g, "legacy-readonly-copies", legacy_copy, Gives([None, "b'abcd'", False]))
+    add(g, "legacy-readonly-opt-in", lambda: legacy_copy(allow_legacy_readonly=True),
+        Gives([None, "b'abcd'", True]))
+    add(g, "legacy-readonly-copy-false", lambda: export(b"abcd", copy=False),
+        buffer_error("__dlpack__", "copy"))
+    add(g, "legacy-writable-shares", lambda: (lambda b: export(b)["data"] == address(b))(
+        bytearray(4)), Gives(True))
+    add(g, "versioned-readonly", lambda: (lambda d: [d["flags"] & 1, d["version"]])(
+        export(b"abcd", max_version=(1, 3))), Gives([1, [1, 3]]))
+    add(g, "versioned-copy-flag", lambda: export(b"abcd", max_version=(1, 3), copy=True)
+        ["flags"], Gives(2))
+    for stream in (0, 1, 2, 3, -2, 2**64):
+        add(g, f"cpu-stream-{stream}", lambda s=stream: export(bytearray(4), stream=s),
+            buffer_error("stream"))
+    for name, stream in [("str", "x"), ("float", 1.5), ("list", [1])]:
+        add(g, f"cpu-stream-{name}", lambda s=stream: export(bytearray(4), stream=s),
+            buffer_error("stream"))
+    add(g, "cpu-stream-none", lambda: export(bytearray(4), stream=None)["ndim"], Gives(1))
+    for name, mv in [("str", "x"), ("int", 5), ("short", (1,)), ("nones", (None, None)),
+                     ("floats", (1.5, 0.0))]:
+        add(g, f"max-version-{name}", lambda mv=mv: export(bytearray(4), max_version=mv),
+            type_error("max_version"))
+    add(g, "max-version-2", lambda: export(bytearray(4), max_version=(2, 0))["version"],
+        Gives([1, 3]))
+    add(g, "max-version-0", lambda: export(bytearray(4), max_version=(0, 9))["version"],
+        Gives(None))
+    for name, dev in [("str", "cpu"), ("short", (1,)), ("int", 1), ("none-pair", (None, None))]:
+        add(g, f"dl-device-{name}", lambda dev=dev: export(bytearray(4), dl_device=dev),
+            type_error("dl_device"))
+    # A copy to CUDA: refused (CudaError is a BufferError) where no CUDA driver is present.
+    add(g, "dl-device-cuda", lambda: export(bytearray(4), dl_device=(2, 0)),
+        Raises(("BufferError", "CudaError"), ()))
+    add(g, "dl-device-cpu", lambda: export(bytearray(4), dl_device=(1, 0))["device"],
+        Gives([1, 0]))
+
+    def capsule_after_source_dropped():
+        buf = bytearray(b"abcd")
+        cap = asdlpack(buf).__dlpack__(max_version=(1, 3))
+        del buf
+        gc.collect()
+        return list(memoryview(asdlpack(cap)))
+
+    add(g, "capsule-outlives-source", capsule_after_source_dropped, Gives([97, 98, 99, 100]))
+    add(g, "unconsumed-capsules", lambda: [asdlpack(bytearray(8)).__dlpack__(
+        max_version=(1, 3)) for _ in range(1000)] and "ok", Gives("ok"))
+
+    def numpy_legacy_readonly():
+        np = __import__("numpy")
+        a = np.from_dlpack(asdlpack(dl_capsule(b"dltensor")))
+        return a.flags.writeable
+
+    add(g, "numpy-legacy-capsule-readonly", numpy_legacy_readonly, Gives(False),
+        needs=["numpy"])
+
+    def numpy_readonly_source():
+        np = __import__("numpy")
+        a = np.arange(4.0)
+        a.flags.writeable = False
+        b = np.from_dlpack(asdlpack(a))
+        return [b.flags.writeable, b.ctypes.data == a.ctypes.data]
+
+    add(g, "numpy-readonly-stays-readonly", numpy_readonly_source, Gives([False, True]),
+        needs=["numpy"])
+
+
+def _register_torch() -> None:
+    """Fast paths keep torch's semantics: what t.__dlpack__ refuses, asdlpack refuses (class 6)."""
+    g = "torch"
+
+    def tensor(make):
+        def run():
+            torch = __import__("torch")
+            return summary(asdlpack(make(torch)))
+        return run
+
+    refused = [
+        ("conj", lambda torch: (torch.arange(4.0) * 1j).conj(), ("conjugate",)),
+        ("neg-view", lambda torch: (torch.arange(4.0) * 1j).conj().imag, ("resolve_neg()",)),
+        ("requires-grad", lambda torch: torch.ones(2, requires_grad=True), ("gradient",)),
+        ("sparse", lambda torch: torch.arange(4.0).to_sparse(), ("layout",)),
+        ("meta", lambda torch: torch.empty(2, device="meta"), ("meta",)),
+    ]
+    for name, make, words in refused:
+        add(g, name, tensor(make), buffer_error(*words), needs=["torch"])
+    accepted = [
+        ("strided", lambda torch: torch.arange(8.0)[::2], [[4], [2], "float32", False]),
+        ("0-d", lambda torch: torch.tensor(3.0), [[], [], "float32", False]),
+        ("zero-size", lambda torch: torch.empty(0, 3), [[0, 3], [3, 1], "float32", False]),
+        ("transposed", lambda torch: torch.zeros(2, 3, dtype=torch.int16).T,
+         [[3, 2], [1, 3], "int16", False]),
+        ("detached", lambda torch: torch.ones(2, requires_grad=True).detach(),
+         [[2], [1], "float32", False]),
+    ]
+    for name, make, value in accepted:
+        add(g, name, tensor(make), Gives(value), needs=["torch"])
+
+    def resolved_values():
+        torch = __import__("torch")
+        t = (torch.arange(3.0) * 1j).conj().resolve_conj()
+        dl = asdlpack(t)
+        return [dl.dtype.name, list((ctypes.c_float * 6).from_address(dl.data_ptr))[1::2]]
+
+    add(g, "conj-resolved-values", resolved_values, Gives(["complex64", [-0.0, -1.0, -2.0]]),
+        needs=["torch"])
+
+
+for _register in (_register_sizes, _register_sequences, _register_typestr, _register_data,
+                  _register_mappings, _register_array_struct, _register_capsules,
+                  _register_buffers, _register_api, _register_objects, _register_fake_numpy,
+                  _register_classes, _register_pointers, _register_export, _register_torch):
+    _register()
+
+GROUPS = sorted({c.group for c in CASES.values()})
+
+
+def available(case: Case) -> bool:
+    """True when every module the case needs can be imported here."""
+    return all(importlib.util.find_spec(m) is not None for m in case.needs)
+
+
+def _outcome(case: Case) -> dict:
+    out: dict = {"case": case.name}
+    try:
+        value = case.run()
+        out["value"] = json.loads(json.dumps(value, default=repr))
+    except BaseException as e:   # the corpus reports every exception, the parent judges it
+        out["exc"] = type(e).__name__
+        out["msg"] = str(e)
+        del e
+    if case.after is not None:
+        out["after"] = case.after()
+    return out
+
+
+def main(argv: list[str]) -> None:
+    """Run the cases of group argv[0], from the one named argv[1] on (after a crash)."""
+    names = [n for n, c in CASES.items() if c.group == argv[0] and available(c)]
+    if len(argv) > 1:
+        names = names[names.index(argv[1]):]
+    for name in names:
+        print("START", name, flush=True)
+        print("RESULT", json.dumps(_outcome(CASES[name])), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
