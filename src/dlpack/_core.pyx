@@ -2,7 +2,7 @@
 cimport cython
 from cpython.buffer cimport (
     PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND,
-    PyBUF_RECORDS_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
+    PyBUF_FULL_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
     PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.pycapsule cimport (

@@ -117,7 +117,7 @@ cdef DLPackObject _from_buffer(object obj):
     cdef Py_buffer *v = &self._view
     cdef int i
     try:
-        PyObject_GetBuffer(obj, v, PyBUF_RECORDS_RO)
+        PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
     except (BufferError, TypeError, ValueError) as e:
         raise BufferError(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
                           f"strides and format: {type(e).__name__}: {e}") from e

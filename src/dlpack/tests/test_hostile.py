@@ -23,20 +23,7 @@ CASES = list(hostile.CASES.values())
 TIMEOUT = 120
 
 # Cases main still fails, with the reason; strict, so a fix turns them into a failure to remove.
-KNOWN = {
-    "mappings:property-raises-buffererror":
-        "a producer's own BufferError passes unwrapped: the message names no protocol",
-    "buffers:testbuffer-pil":
-        "the exporter's BufferError (suboffsets) passes unwrapped: no 'buffer protocol' in it",
-    "buffers:memoryview-released":
-        "a released memoryview leaks ValueError instead of BufferError",
-    "exchange_api:allocator-null-shape":
-        "managed_tensor_allocator with NULL shape reports ValueError, not BufferError",
-    "export:max-version-short":
-        "__dlpack__(max_version=(1,)) is accepted instead of a TypeError",
-    "export:max-version-floats":
-        "__dlpack__(max_version=(1.5, 0.0)) is accepted instead of a TypeError",
-}
+KNOWN: dict[str, str] = {}
 
 
 @cache
