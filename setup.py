@@ -11,6 +11,7 @@ setup(
             "language_level": 3,
             "cdivision": True,
             "embedsignature": True,
+            "autotestdict": False,
         },
     ),
 )

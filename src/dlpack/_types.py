@@ -61,7 +61,7 @@ class DLDataTypeCode(enum.IntEnum):
 C = DLDataTypeCode
 # Names of the types that carry their width in the code itself (the ML low-precision family),
 # as ml_dtypes, PyTorch and JAX spell them.
-_FIXED_WIDTH = {
+_FIXED_WIDTH: dict[tuple[int, int], str] = {
     (C.kDLBfloat, 16): "bfloat16",
     (C.kDLFloat8_e3m4, 8): "float8_e3m4",
     (C.kDLFloat8_e4m3, 8): "float8_e4m3",
@@ -75,7 +75,8 @@ _FIXED_WIDTH = {
     (C.kDLFloat6_e3m2fn, 6): "float6_e3m2fn",
     (C.kDLFloat4_e2m1fn, 4): "float4_e2m1fn",
 }
-_PREFIX = {C.kDLInt: "int", C.kDLUInt: "uint", C.kDLFloat: "float", C.kDLComplex: "complex"}
+_PREFIX: dict[int, str] = {
+    C.kDLInt: "int", C.kDLUInt: "uint", C.kDLFloat: "float", C.kDLComplex: "complex"}
 
 # NumPy dtype names (ml_dtypes) whose typestr is an opaque 'V': name -> (code, bits).
 ML_DTYPES = {name: key for key, name in _FIXED_WIDTH.items()}
@@ -209,7 +210,8 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
         raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
                           "array-interface typestr (vector or sub-byte type)")
     size = bits // 8
-    kinds = {C.kDLBool: "b", C.kDLInt: "i", C.kDLUInt: "u", C.kDLFloat: "f", C.kDLComplex: "c"}
+    kinds: dict[int, str] = {
+        C.kDLBool: "b", C.kDLInt: "i", C.kDLUInt: "u", C.kDLFloat: "f", C.kDLComplex: "c"}
     order = "|" if size == 1 else NATIVE
     if code in kinds and (code != C.kDLComplex or size in (8, 16)):
         typestr = f"{order}{kinds[code]}{size}"
