@@ -1,4 +1,4 @@
-"""pydlpack's performance targets (SPEC §8), as ratios against the native path in one process.
+"""pydlpack's performance targets (spec §8), as ratios against the native path in one process.
 
 Each row times our exchange and its reference in interleaved rounds (so drift and noise hit
 both alike), less the cost of the timing loop itself (an empty call, measured in the same

@@ -511,7 +511,7 @@ cdef BaseException _as_refusal(str protocol, BaseException e):
 
 
 cdef DLPackObject _dispatch(object obj):
-    """Try each protocol in the order of the spec (§3); fall through when one refuses."""
+    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses."""
     global _ndarray
     cdef list refusals = []
     cdef type t = type(obj)

@@ -1,4 +1,4 @@
-"""The hostile corpus (SPEC §7): inputs that must be refused cleanly or read right.
+"""The hostile corpus (docs/spec.md §7): inputs that must be refused cleanly or read right.
 
 Each case is a function and what it must give: an exception (type and key words) or a value.
 ``python -m dlpack.tests.hostile GROUP [FIRST]`` runs a group's cases in a child interpreter,
@@ -34,7 +34,7 @@ PTR = "ctypes pointer"
 # An __array_struct__ refusal of its kind or size names one of these fields.
 KIND = (("'itemsize'", "'typestr'", "'typekind'"),)
 
-# Text that means an internal exception leaked through instead of a refusal (SPEC §7).
+# Text that means an internal exception leaked through instead of a refusal (docs/spec.md §7).
 LEAKS = ("unhashable", "chr()", "index out of range", "too large to convert", "Expected dict",
          "is not C-contiguous", "is a int")
 

@@ -1,4 +1,4 @@
-"""`python -m dlpack check` (SPEC §12): real producers; broken ones flagged by the right rule."""
+"""`python -m dlpack check` (spec §12): real producers; broken ones flagged by the right rule."""
 
 import json
 import subprocess

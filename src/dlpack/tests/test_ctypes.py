@@ -1,4 +1,4 @@
-"""C libraries bound with ctypes (SPEC §3.6): pointers in, owned pointers out, deleters once."""
+"""C libraries bound with ctypes (spec §3.6): pointers in, owned pointers out, deleters once."""
 
 import ctypes
 import gc

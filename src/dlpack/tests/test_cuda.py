@@ -1,4 +1,4 @@
-"""CUDA without a GPU (SPEC §3.4, §4 stream, §5): a fake driver checks the exact driver calls."""
+"""CUDA without a GPU (spec §3.4, §4 stream, §5): a fake driver checks the exact driver calls."""
 
 import ctypes
 

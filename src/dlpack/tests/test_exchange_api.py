@@ -1,4 +1,4 @@
-"""DLPack 1.3's C exchange API, both directions (SPEC §3.1): our five functions, tvm-ffi, torch."""
+"""DLPack 1.3's C exchange API, both directions (spec §3.1): our five functions, tvm-ffi, torch."""
 
 import ctypes
 import gc

@@ -1,4 +1,4 @@
-"""DLPackObject.__dlpack__ (SPEC §4) and lifetime (§6): versions, flags, copy, device, leaks."""
+"""DLPackObject.__dlpack__ (spec §4) and lifetime (§6): versions, flags, copy, device, leaks."""
 
 import gc
 import weakref

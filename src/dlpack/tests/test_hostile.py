@@ -1,4 +1,4 @@
-"""Run the hostile corpus (``hostile.py``, SPEC §7) and judge every case.
+"""Run the hostile corpus (``hostile.py``, docs/spec.md §7) and judge every case.
 
 Each group runs in its own child interpreter, so a crash (segfault, abort, a sanitizer report)
 cannot take the test run down: it fails the case that was running, named by the child's last

@@ -1,4 +1,4 @@
-"""The interoperability matrix (SPEC §9): facts it must report, filters, exit status."""
+"""The interoperability matrix (docs/spec.md §9): facts it must report, filters, exit status."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Protocols out (SPEC §5): buffer protocol, __array_interface__, __cuda_array_interface__."""
+"""Protocols out (spec §5): buffer protocol, __array_interface__, __cuda_array_interface__."""
 
 import array
 import io

@@ -1,4 +1,4 @@
-"""Pickling (SPEC §11): protocol 5 moves the elements out-of-band, zero-copy; unpickling trusts
+"""Pickling (spec §11): protocol 5 moves the elements out-of-band, zero-copy; unpickling trusts
 nothing in the stream; real engines (multiprocessing, Dask distributed, Ray) move arrays of any
 library through it."""
 
