@@ -22,13 +22,14 @@ LDFLAGS="-fsanitize=address,undefined" \
     python -m pip install -q --no-build-isolation --no-cache-dir .
 
 asan_rt=$(gcc -print-file-name=libasan.so)
-# Run from outside the checkout, so the sanitized installed build is what gets imported.
+# Run from an empty directory outside the checkout, so the sanitized installed build is what
+# gets imported.
 # RSS/leak-growth tests are left out: ASan's quarantine holds freed memory by design.
 # allocator_may_return_null: sizes no machine has (2**61 bytes) must give NULL -> MemoryError,
 # the path the corpus checks, instead of ASan's "allocation-size-too-big" abort.
 status=0
 (
-    cd /tmp
+    cd "$(mktemp -d)"         # an empty directory: nothing there shadows a module (/tmp/ray…)
     LD_PRELOAD="$asan_rt" PYTHONMALLOC=malloc \
     ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$logs/asan" \
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan" \
