@@ -487,8 +487,8 @@ class Checker:
         if capsule_name(api_capsule) != b"dlpack_exchange_api":
             raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
                         "not 'dlpack_exchange_api'")
-        api = ExchangeAPI.from_address(_api.PyCapsule_GetPointer(api_capsule,
-                                                                 b"dlpack_exchange_api"))
+        api = dlc.DLPackExchangeAPI.from_address(_api.PyCapsule_GetPointer(
+            api_capsule, b"dlpack_exchange_api"))
         out = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
         try:
             api.managed_tensor_from_py_object_no_sync(self.obj, ctypes.byref(out))
@@ -515,35 +515,6 @@ class Checker:
                 f"{k}: {fast.get(k)} vs {slow.get(k)}" if k in slow else k for k in diff))
         return (f"v{api.header.version.major}.{api.header.version.minor}: same address, shape, "
                 "strides, dtype, device and READ_ONLY as __dlpack__")
-
-
-_SetError = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-_P_MTV = ctypes.POINTER(dlc.DLManagedTensorVersioned)
-
-
-class ExchangeAPIHeader(ctypes.Structure):
-    """``DLPackExchangeAPIHeader``: the API's version and the previous API in a chain."""
-
-    _fields_ = [("version", dlc.DLPackVersion), ("prev_api", ctypes.c_void_p)]
-
-
-class ExchangeAPI(ctypes.Structure):
-    """DLPack 1.3's ``DLPackExchangeAPI`` (the functions taking Python objects hold the GIL)."""
-
-    _fields_ = [
-        ("header", ExchangeAPIHeader),
-        ("managed_tensor_allocator", ctypes.CFUNCTYPE(
-            ctypes.c_int, ctypes.POINTER(dlc.DLTensor), ctypes.POINTER(_P_MTV), ctypes.c_void_p,
-            _SetError)),
-        ("managed_tensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, ctypes.py_object, ctypes.POINTER(_P_MTV))),
-        ("managed_tensor_to_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, _P_MTV, ctypes.POINTER(ctypes.py_object))),
-        ("dltensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, ctypes.py_object, ctypes.POINTER(dlc.DLTensor))),
-        ("current_work_stream", ctypes.CFUNCTYPE(
-            ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))),
-    ]
 
 
 def load(spec: str) -> Callable[[], object]:

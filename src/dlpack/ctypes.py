@@ -68,6 +68,51 @@ DLManagedTensorVersioned._fields_ = [
 ]
 
 
+DLPackSetError = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+_P_MTV = ctypes.POINTER(DLManagedTensorVersioned)
+
+
+class DLPackExchangeAPIHeader(ctypes.Structure):
+    """The API's version and the previous API in a chain."""
+
+    _fields_ = [("version", DLPackVersion), ("prev_api", ctypes.c_void_p)]
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """DLPack 1.3's C exchange API; the functions that take Python objects need the GIL, so
+    they are PYFUNCTYPEs here."""
+
+    _fields_ = [
+        ("header", DLPackExchangeAPIHeader),
+        ("managed_tensor_allocator", ctypes.CFUNCTYPE(
+            ctypes.c_int, ctypes.POINTER(DLTensor), ctypes.POINTER(_P_MTV), ctypes.c_void_p,
+            DLPackSetError)),
+        ("managed_tensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
+            ctypes.c_int, ctypes.py_object, ctypes.POINTER(_P_MTV))),
+        ("managed_tensor_to_py_object_no_sync", ctypes.PYFUNCTYPE(
+            ctypes.c_int, _P_MTV, ctypes.POINTER(ctypes.py_object))),
+        ("dltensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
+            ctypes.c_int, ctypes.py_object, ctypes.POINTER(DLTensor))),
+        ("current_work_stream", ctypes.CFUNCTYPE(
+            ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))),
+    ]
+
+
+def exchange_api(cls: type) -> DLPackExchangeAPI | None:
+    """The ``DLPackExchangeAPI`` a type publishes as ``__dlpack_c_exchange_api__``, or None."""
+    capsule = getattr(cls, "__dlpack_c_exchange_api__", None)
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    valid = ctypes.pythonapi.PyCapsule_IsValid
+    valid.restype = ctypes.c_int
+    valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    if capsule is None or not valid(capsule, b"dlpack_exchange_api"):
+        return None
+    api = DLPackExchangeAPI.from_address(get(capsule, b"dlpack_exchange_api"))
+    api._capsule = capsule          # the struct lives as long as its capsule
+    return api
+
 def to_pointer(obj: object, *, versioned: bool = True):
     """A new managed tensor viewing ``obj``, for a C function that takes ownership of it.
 

@@ -11,7 +11,6 @@ import ctypes
 import struct
 
 import dlpack.ctypes as dlc
-from dlpack.check import ExchangeAPI
 
 _New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_New", ctypes.pythonapi))
@@ -114,7 +113,7 @@ def _exchange_from_py_object(obj, out) -> int:
 
 def _exchange_capsule():
     """A DLPackExchangeAPI whose from-object function exports anything, refusals included."""
-    api = ExchangeAPI()
+    api = dlc.DLPackExchangeAPI()
     api.header.version = dlc.DLPackVersion(1, 3)
     api.managed_tensor_from_py_object_no_sync = type(api.managed_tensor_from_py_object_no_sync)(
         _exchange_from_py_object)

@@ -917,38 +917,12 @@ def _mmap_close_refused() -> str:
 
 # -- C exchange API, object creation, NumPy's identity, caches -------------------------------------
 
-SetError = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
-
-
 def _exchange_api():
-    """DLPackObject's DLPackExchangeAPI, as a ctypes structure."""
+    """DLPackObject's DLPackExchangeAPI (dlpack.ctypes), and the managed-tensor pointer type."""
     dlc = _dlc()
-    p_mtv = ctypes.POINTER(dlc.DLManagedTensorVersioned)
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", dlc.DLPackVersion), ("prev_api", ctypes.c_void_p)]
-
-    class API(ctypes.Structure):
-        _fields_ = [
-            ("header", Header),
-            ("managed_tensor_allocator", ctypes.CFUNCTYPE(
-                ctypes.c_int, ctypes.POINTER(dlc.DLTensor), ctypes.POINTER(p_mtv),
-                ctypes.c_void_p, SetError)),
-            ("managed_tensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-                ctypes.c_int, ctypes.py_object, ctypes.POINTER(p_mtv))),
-            ("managed_tensor_to_py_object_no_sync", ctypes.PYFUNCTYPE(
-                ctypes.c_int, p_mtv, ctypes.POINTER(ctypes.py_object))),
-            ("dltensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-                ctypes.c_int, ctypes.py_object, ctypes.POINTER(dlc.DLTensor))),
-        ]
-
     from dlpack import DLPackObject
 
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    cap = DLPackObject.__dlpack_c_exchange_api__
-    return API.from_address(get(cap, b"dlpack_exchange_api")), p_mtv
+    return dlc.exchange_api(DLPackObject), ctypes.POINTER(dlc.DLManagedTensorVersioned)
 
 
 def _allocate(shape, *, bits=64, lanes=1, code=2, ndim=None, null_shape=False, device=1):
@@ -964,7 +938,7 @@ def _allocate(shape, *, bits=64, lanes=1, code=2, ndim=None, null_shape=False, d
         KEEP.append(arr)
         proto.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
     errors = []
-    on_error = SetError(lambda _ctx, kind, msg: errors.append(kind.decode()))
+    on_error = _dlc().DLPackSetError(lambda _ctx, kind, msg: errors.append(kind.decode()))
     out = p_mtv()
     rc = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None, on_error)
     if rc == 0:

@@ -53,7 +53,8 @@ def test_enums_match_the_header(enum, name):
     assert {m.name: int(m) for m in enum} == enum_values(name)
 
 
-@pytest.mark.parametrize("struct", ["DLTensor", "DLManagedTensor", "DLManagedTensorVersioned"])
+@pytest.mark.parametrize("struct", ["DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
+                                    "DLPackExchangeAPI"])
 def test_ctypes_structures_match_the_compiled_header(struct):
     size, offsets = _core._abi_layout()[struct]
     cls = getattr(dlc, struct)

@@ -12,38 +12,13 @@ from dlpack.tests.helpers import lib
 
 np = lib("numpy")
 
-SetError = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
+SetError = dlc.DLPackSetError
 P_MTV = ctypes.POINTER(dlc.DLManagedTensorVersioned)
-
-
-class Header(ctypes.Structure):
-    _fields_ = [("version", dlc.DLPackVersion), ("prev_api", ctypes.c_void_p)]
-
-
-class ExchangeAPI(ctypes.Structure):
-    _fields_ = [
-        ("header", Header),
-        ("managed_tensor_allocator", ctypes.CFUNCTYPE(
-            ctypes.c_int, ctypes.POINTER(dlc.DLTensor), ctypes.POINTER(P_MTV), ctypes.c_void_p,
-            SetError)),
-        ("managed_tensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, ctypes.py_object, ctypes.POINTER(P_MTV))),
-        ("managed_tensor_to_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, P_MTV, ctypes.POINTER(ctypes.py_object))),
-        ("dltensor_from_py_object_no_sync", ctypes.PYFUNCTYPE(
-            ctypes.c_int, ctypes.py_object, ctypes.POINTER(dlc.DLTensor))),
-        ("current_work_stream", ctypes.CFUNCTYPE(
-            ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))),
-    ]
 
 
 @pytest.fixture(scope="module")
 def api():
-    capsule = DLPackObject.__dlpack_c_exchange_api__
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return ExchangeAPI.from_address(get(capsule, b"dlpack_exchange_api"))
+    return dlc.exchange_api(DLPackObject)
 
 
 def test_header(api):
