@@ -16,3 +16,12 @@ def no_leak():
     gc.collect()
     grown = rss_kib() - before
     assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
+
+
+def pytest_collection_finish(session):
+    """Name pytest-randomly's seed even under -q, so a failing order can be replayed."""
+    seed = getattr(session.config.option, "randomly_seed", None)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if seed is not None and reporter is not None:
+        reporter.write_line(f"test order shuffled by pytest-randomly; replay it with "
+                            f"-p randomly --randomly-seed={seed}")
