@@ -839,7 +839,8 @@ def _register_buffers() -> None:
         ("char-p", lambda: (ctypes.c_char_p * 2)(), ("format",)),
         ("struct", CStruct, ("struct",)),
         ("struct-array", lambda: (CStruct * 2)(), ("struct",)),
-        ("packed-struct", PackedStruct, ("'itemsize'",)),
+        # 3.11 exports it as 'B' items of 5 bytes, 3.12 as a struct format: refused either way
+        ("packed-struct", PackedStruct, (("'itemsize'", "struct"),)),
         ("big-endian", lambda: (ctypes.c_int32.__ctype_be__ * 2)(), ("non-native",)),
         ("big-endian-double", lambda: (ctypes.c_double.__ctype_be__ * 2)(), ("non-native",)),
         ("py-object", lambda: (ctypes.py_object * 2)(), ("format",)),

@@ -161,6 +161,8 @@ def test_jax_legacy_capsule_imports_read_only():
     """JAX's legacy capsule cannot say it is writable: read-only unless legacy_writable=True."""
     jax = pytest.importorskip("jax")
     x = jax.device_put(jax.numpy.arange(6.0), jax.devices("cpu")[0])
+    if dlpack.todict(x)["version"] is not None:
+        pytest.skip(f"JAX {jax.__version__} exports versioned capsules, which carry READ_ONLY")
     assert dlpack.todict(dlpack.asdlpack(x))["flags"] & RO
     assert not dlpack.todict(dlpack.asdlpack(x, legacy_writable=True))["flags"] & RO
 
