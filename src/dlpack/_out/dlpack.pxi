@@ -8,7 +8,10 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
     cdef bint versioned = False, do_copy
     cdef int32_t device_type = self.dl.device.device_type
     cdef DLDevice target = self.dl.device
-    if max_version is not None:
+    if (type(max_version) is tuple and len(<tuple>max_version) == 2
+            and type((<tuple>max_version)[0]) is int and type((<tuple>max_version)[1]) is int):
+        versioned = (<tuple>max_version)[0] >= 1        # what every consumer passes: no calls
+    elif max_version is not None:
         try:
             major, minor = max_version
             versioned = _index(major) >= 1
