@@ -15,7 +15,7 @@ python3 -m venv "$venv"
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
 # No torch, JAX or TensorFlow: their own native code is not ours to sanitize.
-python -m pip install -q numpy pytest hypothesis cython setuptools wheel
+python -m pip install -q numpy pytest hypothesis cython "setuptools>=77" wheel
 
 CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer" \
 LDFLAGS="-fsanitize=address,undefined" \
