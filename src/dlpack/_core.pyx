@@ -9,6 +9,7 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_New, PyCapsule_SetName,
 )
+from cpython.exc cimport PyErr_Occurred
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
@@ -204,8 +205,9 @@ cdef class DLPackObject:
     cdef bint _f_contig
     cdef object _base
     cdef object _keep                   # a second object to keep alive (__array_struct__ capsule)
-    cdef object _stream                 # CUDA: stream the producer's work is on (None: no sync)
-    cdef object _resync                 # device __dlpack__ provider to re-ask with a stream
+    cdef uintptr_t _stream              # CUDA: stream the producer's work is on (0: no sync)
+    cdef DLPackExchangeAPI *_work_api   # or the producer's API, asked for its current stream
+    cdef object _resync                 # or the device __dlpack__ provider to re-ask
     cdef object _shape_t
     cdef object __weakref__
 
@@ -436,6 +438,7 @@ cdef class DLPackObject:
 
 
 include "_own.pxi"
+include "_cuda.pxi"
 include "_in/buffer.pxi"
 include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
@@ -463,6 +466,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._c_contig = src._c_contig
     r._f_contig = src._f_contig
     r._stream = src._stream
+    r._work_api = src._work_api
     r._resync = src._resync
     r._base = src
     r._legacy_import = src._legacy_import

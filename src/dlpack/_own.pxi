@@ -84,7 +84,7 @@ cdef enum Export:
     EXPORT_VIEW             # the tensor views self's memory and holds self
     EXPORT_HOST_COPY        # the data is a copy inside the block (filled from host memory here;
                             # from device memory by the caller, _fill_from_device)
-    EXPORT_DEVICE_COPY      # the data is owner's device memory (a _cuda.DeviceCopy it holds)
+    EXPORT_DEVICE_COPY      # the data is owner's device memory (a _DeviceMemory it holds)
 
 
 cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
@@ -136,9 +136,9 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
         if _host_accessible(self.dl.device.device_type):
             _gather(<char *>t.data, <const char *>self.dl.data, self)
     elif kind == EXPORT_DEVICE_COPY:
-        t.data = <void *><uintptr_t>owner.ptr
+        t.data = <void *><uintptr_t>(<_DeviceMemory>owner).ptr
         t.device.device_type = kDLCUDA
-        t.device.device_id = owner.device_id
+        t.device.device_id = (<_DeviceMemory>owner).device_id
     if owner is not None:
         Py_INCREF(owner)
     if versioned:

@@ -436,12 +436,12 @@ class NoCuda(Exception):
 
 def cuda_info() -> dict:
     """Driver version and the GPUs' names, asked of the CUDA driver (libcuda) directly."""
-    from dlpack._cuda import CudaError, Driver
-
     try:
-        lib = Driver().lib
-    except CudaError as e:
-        raise NoCuda(str(e)) from None
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise NoCuda(f"the CUDA driver (libcuda.so.1) cannot be loaded: {e}") from None
+    if lib.cuInit(0) != 0:
+        raise NoCuda("the CUDA driver is installed but does not initialise (cuInit failed)")
     version, count = ctypes.c_int(), ctypes.c_int()
     lib.cuDriverGetVersion(ctypes.byref(version))
     if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:

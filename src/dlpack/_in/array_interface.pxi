@@ -157,11 +157,11 @@ cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
             raise BufferError("__cuda_array_interface__: field 'stream' = 0 is disallowed "
                               "(ambiguous); use 1 for the legacy default stream or 2 for "
                               "per-thread")
-    self._stream = stream
-    from dlpack import _cuda
-    device_type, device_id = _cuda.pointer_device(<uintptr_t>self.dl.data)
-    self.dl.device.device_type = device_type
-    self.dl.device.device_id = device_id
+        if stream < 0 or stream > <uintptr_t>-1:
+            raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
+                              "a CUDA stream handle")
+        self._stream = stream
+    _cu_pointer_device(<uintptr_t>self.dl.data, &self.dl.device)
     return 0
 
 

@@ -72,9 +72,13 @@ cdef DLPackObject _from_torch(object t):
     """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
 
     torch's __dlpack__ refuses conjugate-bit and requires_grad tensors, but exports a
-    negative-bit view without negating it: that one is refused here, on every path.
+    negative-bit view without negating it: that one is refused here, on every path. CUDA data
+    is ordered at each export after the stream torch's current_work_stream names then, as
+    torch's __dlpack__ would be.
     """
     cdef DLManagedTensorVersioned *m = NULL
+    cdef DLPackObject self
+    cdef int32_t device_type
     if t.is_neg():
         raise BufferError("__dlpack__: the torch tensor has its negative bit set, and torch "
                           "exports it without negating the values; call t.resolve_neg() first")
@@ -84,16 +88,22 @@ cdef DLPackObject _from_torch(object t):
         except Exception:
             m = NULL                        # __dlpack__ below gives torch's own message
         if m != NULL:
+            device_type = m.dl_tensor.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
-            if m.dl_tensor.device.device_type == kDLCPU and not (
+            if (device_type == kDLCPU or (device_type == kDLCUDA
+                                          and _torch_api.current_work_stream != NULL)) and not (
                     m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
-                return _adopt(m, True, t, "__dlpack_c_exchange_api__")
-            _delete_managed(m, True)        # device data or conj: torch's own path below
+                self = _adopt(m, True, t, "__dlpack_c_exchange_api__")
+                if device_type == kDLCUDA:
+                    self._stream = 0
+                    self._work_api = _torch_api
+                return self
+            _delete_managed(m, True)        # other devices or conj: torch's own path below
     return None
 
 
 cdef DLPackObject _from_dlpack_method(object obj):
-    """A __dlpack__ provider; via torch's C exchange API when it is equivalent (CPU data)."""
+    """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
     cdef DLPackObject self
     if _is_torch_tensor(obj):
         self = _from_torch(obj)

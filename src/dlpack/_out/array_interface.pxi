@@ -27,6 +27,10 @@ cdef dict _cuda_array_interface(DLPackObject self):
     if not _cuda_kind(self.dl.device.device_type):
         raise AttributeError(f"__cuda_array_interface__: the data is on "
                              f"{_device_name(self.dl.device)}, not a CUDA device")
+    cdef uintptr_t producer
     d = _interface(self)
-    d["stream"] = self._stream
+    d["stream"] = None
+    if _producer_stream(self, &producer) and not (self._work_api != NULL
+                                                  and producer == CU_STREAM_LEGACY):
+        d["stream"] = producer      # torch reports no stream for its default stream: nor do we
     return d

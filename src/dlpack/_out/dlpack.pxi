@@ -97,19 +97,51 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
     return 0
 
 
+cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
+    """The stream CUDA data's pending work is on: 1 and out set, or 0 when there is none."""
+    cdef void *current = NULL
+    if self._work_api != NULL:
+        if self._work_api.current_work_stream(<c_DLDeviceType>self.dl.device.device_type,
+                                              self.dl.device.device_id, &current) != 0:
+            if PyErr_Occurred():
+                return -1
+            raise BufferError("__dlpack_c_exchange_api__: the producer's current_work_stream "
+                              "failed")
+        out[0] = <uintptr_t>current if current != NULL else CU_STREAM_LEGACY
+        return 1
+    out[0] = self._stream
+    return self._stream != 0
+
+
 cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
-    from dlpack import _cuda
-    if host_copy:       # we read the memory on the host: wait for the producer's stream
-        _cuda.sync_for_host(self._stream, self._resync)
-    else:
-        _cuda.sync_for_consumer(self._stream, stream, self._resync)
+    """Order a consumer's stream (or, for a host copy, the host) after the producer's work.
+
+    A __dlpack__ provider is asked again with the consumer's stream and orders itself (its
+    capsule is dropped); providers that refuse the per-thread default stream (torch) are asked
+    for the legacy default stream, which stream 2 waits for. Otherwise one event, or for a host
+    copy a synchronize, on the producer's stream.
+    """
+    cdef uintptr_t producer, consumer
+    if host_copy:
+        if self._resync is not None:
+            self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
+            producer = CU_STREAM_LEGACY
+        elif not _producer_stream(self, &producer):
+            return 0
+        return _cu_stream_sync(self.dl.device.device_id, producer)
+    if not _consumer_stream(stream, &consumer):
+        return 0
+    if self._resync is not None:
+        self._resync.__dlpack__(
+            stream=CU_STREAM_LEGACY if consumer == CU_STREAM_PER_THREAD else consumer)
+    elif _producer_stream(self, &producer) and producer != consumer:
+        _cu_stream_wait(self.dl.device.device_id, producer, consumer)
     return 0
 
 
 cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
     """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
     producer): contiguous data in one copy, strided data as its span, gathered on the host."""
-    from dlpack import _cuda
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int64_t lo, hi
     cdef char *span = NULL
@@ -117,15 +149,13 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
         if self._count == 0:
             return 0
         if self._c_contig:
-            _cuda.driver().copy_to_host(self.dl.device.device_id, <uintptr_t>t.data,
-                                        <uintptr_t>self.dl.data, self._nbytes)
+            _cu_copy(self.dl.device.device_id, t.data, self.dl.data, self._nbytes, False)
             return 0
         _reach(self, &lo, &hi)
         span = <char *>malloc(hi - lo)
         if span == NULL:
             raise MemoryError(f"__dlpack__: cannot allocate {hi - lo} bytes")
-        _cuda.driver().copy_to_host(self.dl.device.device_id, <uintptr_t>span,
-                                    <uintptr_t>(<char *>self.dl.data + lo), hi - lo)
+        _cu_copy(self.dl.device.device_id, span, <char *>self.dl.data + lo, hi - lo, False)
         _gather(<char *>t.data, span - lo, self)
     except BaseException:
         free(block)
@@ -139,12 +169,13 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
                              object stream) except NULL:
     """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
     the capsule's deleter runs. The copy is synchronous: any consumer stream may use it."""
-    from dlpack import _cuda
     cdef char *staging = NULL
     cdef const char *src = <const char *>self.dl.data
-    if stream is not None and (type(stream) is bool or not isinstance(stream, int)):
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int")
-    owner = _cuda.DeviceCopy(device_id, self._nbytes)
+    cdef uintptr_t consumer
+    _consumer_stream(stream, &consumer)             # checked; the synchronous copy needs none
+    if _cuda_kind(self.dl.device.device_type):      # pinned or managed: read once it is ready
+        _sync_for(self, None, True)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
     try:
         if self._count and not self._c_contig:
             staging = <char *>malloc(self._nbytes)
@@ -153,7 +184,7 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
             _gather(staging, src, self)
             src = staging
         if self._count:
-            _cuda.driver().copy_to_device(device_id, owner.ptr, <uintptr_t>src, self._nbytes)
+            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self._nbytes, True)
     finally:
         free(staging)
     return _export(self, versioned, EXPORT_DEVICE_COPY, owner)

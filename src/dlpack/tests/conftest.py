@@ -18,6 +18,16 @@ def no_leak():
     assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
 
 
+@pytest.fixture
+def fake():
+    """The fake CUDA driver, installed in the core for one test."""
+    from dlpack.tests import fake_cuda
+
+    driver = fake_cuda.install()
+    yield driver
+    fake_cuda.uninstall()
+
+
 def pytest_collection_finish(session):
     """Name pytest-randomly's seed even under -q, so a failing order can be replayed."""
     seed = getattr(session.config.option, "randomly_seed", None)

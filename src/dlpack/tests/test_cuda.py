@@ -1,65 +1,24 @@
-"""CUDA without a GPU (spec §3.4, §4 stream, §5): a fake driver checks the exact driver calls."""
+"""CUDA without a GPU (spec §3.4, §4 stream, §5, §10): a fake driver, installed where libcuda's
+entry points go, checks the exact driver calls."""
 
 import ctypes
 
 import pytest
 
 import dlpack.ctypes as dlc
-from dlpack import DLDeviceType, _cuda, asdlpack, todict
+from dlpack import DLDeviceType, _core, asdlpack, todict
+from dlpack.tests.fake_cuda import (
+    CU_MEMORYTYPE_HOST,
+    DEVICE_PTR,
+    EVENT,
+    HOST_PTR,
+    LEAVE,
+    MANAGED_PTR,
+    enter,
+    synchronize,
+    wait,
+)
 from dlpack.tests.helpers import run_clean
-
-DEVICE_PTR = 0x7F00_0000_0000
-MANAGED_PTR = 0x7E00_0000_0000
-HOST_PTR = 0x7D00_0000_0000
-
-
-class FakeDriver:
-    """Stands in for libcuda: pointer attributes from a table, and a log of every call."""
-
-    def __init__(self):
-        self.calls = []
-        self.memory = {}
-
-    def pointer_attributes(self, ptr):
-        self.calls.append(("pointer_attributes", ptr))
-        if ptr == MANAGED_PTR:
-            return _cuda.CU_MEMORYTYPE_DEVICE, 0, True
-        if ptr == HOST_PTR:
-            return _cuda.CU_MEMORYTYPE_HOST, 0, False
-        return _cuda.CU_MEMORYTYPE_DEVICE, 1, False
-
-    def stream_wait(self, producer, consumer):
-        self.calls.append(("stream_wait", producer, consumer))
-
-    def stream_synchronize(self, stream):
-        self.calls.append(("stream_synchronize", stream))
-
-    # "Device" memory is host memory here, so copies move real bytes the tests can check.
-    def copy_to_host(self, device_id, dst, src, nbytes):
-        self.calls.append(("copy_to_host", device_id, src, nbytes))
-        ctypes.memmove(dst, src, nbytes)
-
-    def copy_to_device(self, device_id, dst, src, nbytes):
-        self.calls.append(("copy_to_device", device_id, dst, nbytes))
-        ctypes.memmove(dst, src, nbytes)
-
-    def alloc(self, device_id, nbytes):
-        buf = ctypes.create_string_buffer(nbytes)
-        self.memory[ctypes.addressof(buf)] = buf
-        self.calls.append(("alloc", device_id, nbytes))
-        return ctypes.addressof(buf)
-
-    def free(self, device_id, ptr):
-        self.calls.append(("free", device_id, ptr))
-        del self.memory[ptr]
-
-
-@pytest.fixture
-def fake():
-    driver = FakeDriver()
-    previous = _cuda.set_driver(driver)
-    yield driver
-    _cuda.set_driver(previous)
 
 
 class CAI:
@@ -73,7 +32,7 @@ def test_cai_in_device_from_pointer(fake):
     dl = asdlpack(CAI())
     assert dl.device == (DLDeviceType.kDLCUDA, 1)
     assert dl.__dlpack_device__() == (DLDeviceType.kDLCUDA, 1)
-    assert fake.calls == [("pointer_attributes", DEVICE_PTR)]
+    assert fake.calls == [("cuPointerGetAttributes", DEVICE_PTR)]
     assert asdlpack(CAI(MANAGED_PTR)).device == (DLDeviceType.kDLCUDAManaged, 0)
     assert asdlpack(CAI(HOST_PTR)).device == (DLDeviceType.kDLCUDAHost, 0)
     assert asdlpack(CAI(version=2)).dtype == "float32"
@@ -89,10 +48,10 @@ def test_cai_zero_size_null_pointer(fake):
 
 
 @pytest.mark.parametrize(("consumer", "expected"), [
-    (None, [("stream_wait", 7, 1)]),
-    (1, [("stream_wait", 7, 1)]),
-    (2, [("stream_wait", 7, 2)]),
-    (0xABC, [("stream_wait", 7, 0xABC)]),
+    (None, wait(1, 7, 1)),
+    (1, wait(1, 7, 1)),
+    (2, wait(1, 7, 2)),
+    (0xABC, wait(1, 7, 0xABC)),
     (-1, []),
     (7, []),
 ])
@@ -112,6 +71,11 @@ def test_stream_zero_rejected_both_ways(fake):
         asdlpack(CAI(stream=0))
     with pytest.raises(BufferError, match="stream"):
         dl.__dlpack__(stream="fast")
+    for bad in (-2, 2**64):
+        with pytest.raises(BufferError, match="not a CUDA stream handle"):
+            dl.__dlpack__(stream=bad)
+        with pytest.raises(BufferError, match="not a CUDA stream handle"):
+            asdlpack(CAI(stream=bad))
 
 
 def test_no_producer_stream_means_no_sync(fake):
@@ -144,11 +108,12 @@ def test_host_copy_of_pinned_memory_synchronises_first(fake):
     pinned = CAI(ctypes.addressof(host), stream=7)
     pinned.__cuda_array_interface__["shape"] = (6,)
 
-    fake.pointer_attributes = lambda ptr: (_cuda.CU_MEMORYTYPE_HOST, 0, False)
+    fake.attributes[ctypes.addressof(host)] = (CU_MEMORYTYPE_HOST, -1, False)
     dl = asdlpack(pinned)
     assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
+    fake.calls.clear()
     a = np.from_dlpack(dl, device="cpu", copy=True)
-    assert fake.calls == [("stream_synchronize", 7)]
+    assert fake.calls == synchronize(0, 7)
     assert a.tolist() == list(range(6)) and a.ctypes.data != ctypes.addressof(host)
     assert memoryview(dl).tolist() == list(range(6))   # pinned memory is host-addressable
 
@@ -225,19 +190,23 @@ def test_cuda_host_and_rocm_device_types_carried():
         assert hasattr(dl, "__array_interface__") is (device_type in (3, 11))
 
 
-def test_missing_driver_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(_cuda, "_driver", None)
-    real = _cuda.Driver
-    monkeypatch.setattr(_cuda, "Driver", lambda: real("libcuda-not-here.so.1"))
-    with pytest.raises(BufferError, match="CUDA driver"):
-        asdlpack(CAI())
+def test_missing_driver_is_a_clear_error():
+    try:
+        _core._cuda_driver(None, path="libcuda-not-here.so.1")
+        with pytest.raises(_core.CudaError,
+                           match=r"CUDA driver: libcuda-not-here\.so\.1 cannot be loaded"):
+            asdlpack(CAI())
+        assert _core._cuda_state() == "unloaded"
+    finally:
+        _core._cuda_driver(None)
 
 
 def test_cpu_work_never_loads_the_driver():
-    code = ("import array, dlpack, sys\n"
+    code = ("import array, dlpack, dlpack._core as c\n"
             "dlpack.asdlpack(b'abc').__dlpack__(max_version=(1, 0))\n"
             "memoryview(dlpack.asdlpack(array.array('d', [1, 2])))\n"
-            "assert 'dlpack._cuda' not in sys.modules, 'driver layer imported'\n")
+            "assert c._cuda_state() == 'unloaded', c._cuda_state()\n"
+            "assert 'libcuda' not in open('/proc/self/maps').read(), 'libcuda mapped'\n")
     run_clean(code)
 
 
@@ -257,7 +226,7 @@ def test_device_to_host_copy_is_ordered_owned_and_flagged(fake):
     fake.calls.clear()
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     info = todict(capsule)
-    assert fake.calls == [("stream_synchronize", 7), ("copy_to_host", 1, ptr, 24)]
+    assert fake.calls == synchronize(1, 7) + enter(1) + [("cuMemcpyDtoH", ptr, 24)] + LEAVE
     assert info["device"] == (DLDeviceType.kDLCPU, 0) and info["flags"] & 2     # IS_COPIED
     assert info["data"] != ptr and info["strides"] == (3, 1)
     assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
@@ -272,7 +241,7 @@ def test_device_to_host_copy_of_strided_data_gathers_the_span(fake):
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
     # elements at byte offsets 8 + 4*i - 8*j from ptr: i in 0..2, j in 0..1 -> span [0, 20)
-    assert fake.calls == [("stream_synchronize", 7), ("copy_to_host", 1, ptr, 20)]
+    assert fake.calls == synchronize(1, 7) + enter(1) + [("cuMemcpyDtoH", ptr, 20)] + LEAVE
     got = list((ctypes.c_float * 6).from_address(info["data"]))
     assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
 
@@ -282,11 +251,12 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
     info = todict(capsule)
     ptr = info["data"]
-    assert fake.calls == [("alloc", 1, 8), ("copy_to_device", 1, ptr, 8)]
+    assert fake.calls == [*enter(1, True), ("cuMemAlloc", 8), *LEAVE,
+                          *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE]
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
     assert ctypes.string_at(ptr, 8) == b
     del capsule                                  # never consumed: the destructor frees it
-    assert fake.calls[-1] == ("free", 1, ptr) and not fake.memory
+    assert fake.calls[-3:] == [*enter(1), ("cuMemFree", ptr), *LEAVE] and not fake.memory
 
 
 def test_host_to_device_copy_of_strided_data(fake):
@@ -294,7 +264,7 @@ def test_host_to_device_copy_of_strided_data(fake):
     a = np.arange(12, dtype=np.int16).reshape(3, 4)[::2, ::-1]
     capsule = asdlpack(a).__dlpack__(max_version=(1, 0), dl_device=(2, 0))
     info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
-    assert info["strides"] == (4, 1) and fake.calls[0] == ("alloc", 0, 16)
+    assert info["strides"] == (4, 1) and fake.calls[3] == ("cuMemAlloc", 16)
     got = np.frombuffer(ctypes.string_at(info["data"], 16), np.int16).reshape(2, 4)
     assert got.tolist() == a.tolist()
 
@@ -327,5 +297,64 @@ def test_exchange_api_cuda_work_stream_and_ordering(fake):
     fake.calls.clear()
     m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
     assert from_py(dl, ctypes.byref(m)) == 0
-    assert fake.calls == [("stream_wait", 7, 1)]
+    assert fake.calls == wait(1, 7, 1)
     m.contents.deleter(m)
+
+
+def test_primary_context_retained_once_per_device(fake):
+    dl = asdlpack(CAI(stream=7))
+    fake.calls.clear()
+    dl.__dlpack__(stream=5, max_version=(1, 0))
+    dl.__dlpack__(stream=6, max_version=(1, 0))
+    assert fake.calls == wait(1, 7, 5) + wait(1, 7, 6, first=False)
+    assert fake.current == []                       # every push was popped
+
+
+def test_a_failing_driver_call_names_itself_and_cleans_up(fake):
+    dl = asdlpack(CAI(stream=7))
+    fake.calls.clear()
+    fake.fail["cuEventRecord"] = 700
+    with pytest.raises(_core.CudaError, match=r"cuEventRecord failed with "
+                                              r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\)"):
+        dl.__dlpack__(stream=5, max_version=(1, 0))
+    # the event is destroyed and the context popped even so
+    assert fake.calls == [*wait(1, 7, 5)[:-3], ("cuEventDestroy", EVENT), *LEAVE]
+    assert fake.current == []
+    fake.fail.clear()
+    fake.fail["cuStreamSynchronize"] = 12345        # a code with no name
+    with pytest.raises(BufferError, match=r"cuStreamSynchronize failed with an unknown error"):
+        dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+    assert fake.current == []
+
+
+def test_failed_device_allocation_leaves_nothing(fake):
+    fake.fail["cuMemAlloc"] = 2
+    with pytest.raises(BufferError, match=r"cuMemAlloc\(4\) failed with CUDA_ERROR_OUT_OF_MEMORY"):
+        asdlpack(b"abcd").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    assert fake.calls == [*enter(0, True), ("cuMemAlloc", 4), *LEAVE] and fake.current == []
+
+
+def test_device_copy_of_managed_memory_waits_for_its_producer(fake):
+    data = (ctypes.c_float * 4)(1, 2, 3, 4)
+    fake.attributes[ctypes.addressof(data)] = (2, 0, True)         # managed, GPU 0
+    obj = CAI(ctypes.addressof(data), stream=9)
+    obj.__cuda_array_interface__["shape"] = (4,)
+    dl = asdlpack(obj)
+    assert dl.device == (DLDeviceType.kDLCUDAManaged, 0)
+    fake.calls.clear()
+    capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(2, 0), stream=1)
+    info = todict(capsule)          # the capsule owns the device copy: kept while it is read
+    assert fake.calls[:5] == synchronize(0, 9)       # read on the host once the GPU is done
+    assert list((ctypes.c_float * 4).from_address(info["data"])) == [1, 2, 3, 4]
+
+
+def test_device_ids_beyond_the_table_are_refused(fake):
+    data = (ctypes.c_float * 4)(1, 2, 3, 4)
+    fake.attributes[ctypes.addressof(data)] = (2, 4096, False)
+    obj = CAI(ctypes.addressof(data), stream=9)
+    dl = asdlpack(obj)
+    assert dl.device == (DLDeviceType.kDLCUDA, 4096)
+    with pytest.raises(BufferError, match="device 4096 is out of range"):
+        dl.__dlpack__(stream=5, max_version=(1, 0))
+    with pytest.raises(BufferError, match="device 4096 is out of range"):
+        asdlpack(b"ab").__dlpack__(max_version=(1, 0), dl_device=(2, 4096))

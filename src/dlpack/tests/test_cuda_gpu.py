@@ -92,3 +92,60 @@ def test_host_to_device_copy_and_per_thread_stream():
     t = torch.ones(8, device="cuda")
     y = torch.utils.dlpack.from_dlpack(asdlpack(t).__dlpack__(stream=2))
     assert y.data_ptr() == t.data_ptr()
+
+
+def _side_stream_tensor(value, n=1 << 22):
+    """A tensor filled on a side stream after a long sleep there: stale unless waited for."""
+    t = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(50_000_000)
+    t.fill_(value)
+    return t
+
+
+def test_torch_side_stream_is_ordered_through_its_exchange_api():
+    cupy = pytest.importorskip("cupy")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = _side_stream_tensor(3.0)
+        dl = asdlpack(t)
+        assert dl.__cuda_array_interface__["stream"] == side.cuda_stream
+        c = cupy.from_dlpack(dl)        # CuPy's stream waits for torch's side stream (an event)
+        assert float(c.sum()) == 3.0 * t.numel()
+        host = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))   # synchronised first
+        assert torch.from_dlpack(host).sum().item() == 3.0 * t.numel()
+    # on torch's default stream its own CAI names no stream: nor does ours
+    assert dl.__cuda_array_interface__["stream"] is None
+
+
+def test_numba_consumer_waits_for_the_reported_side_stream():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = _side_stream_tensor(2.0, 1 << 20)
+        arr = numba_cuda.as_cuda_array(asdlpack(t))
+    assert arr.__cuda_array_interface__["data"][0] == t.data_ptr()
+    assert float(arr.copy_to_host().sum()) == 2.0 * t.numel()
+
+
+def test_per_thread_default_stream_consumer_of_a_side_stream_tensor():
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = _side_stream_tensor(5.0)
+        capsule = asdlpack(t).__dlpack__(max_version=(1, 0), stream=2)
+    y = torch.from_dlpack(capsule)
+    assert y.data_ptr() == t.data_ptr() and y.sum().item() == 5.0 * t.numel()
+
+
+def test_cupy_and_jax_host_copies():
+    cupy = pytest.importorskip("cupy")
+    np = pytest.importorskip("numpy")
+    c = cupy.arange(10, dtype=cupy.float32)[::-3]
+    back = np.from_dlpack(asdlpack(c), device="cpu")
+    assert back.tolist() == c.get().tolist()
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    j = jax.numpy.arange(6, dtype=jax.numpy.float32)
+    assert np.from_dlpack(asdlpack(j), device="cpu").tolist() == list(range(6))
+    assert torch.from_dlpack(asdlpack(j)).cpu().tolist() == list(range(6))

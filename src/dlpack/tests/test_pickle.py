@@ -9,10 +9,11 @@ import re
 
 import pytest
 
-from dlpack import DLDeviceType, _cuda, asdlpack
+from dlpack import DLDeviceType, asdlpack
 from dlpack._core import _rebuild
+from dlpack.tests import fake_cuda
 from dlpack.tests.helpers import lib
-from dlpack.tests.test_cuda import CAI, fake  # noqa: F401 (fake is a fixture)
+from dlpack.tests.test_cuda import CAI
 
 np = lib("numpy")
 ml_dtypes = lib("ml_dtypes")
@@ -116,7 +117,7 @@ def test_bytes_and_torch_consumers():
     assert back.data_ptr() == t.data_ptr()
 
 
-def test_device_data_refuses_and_names_the_way_out(fake):  # noqa: F811
+def test_device_data_refuses_and_names_the_way_out(fake):
     memory = (ctypes.c_float * 6)(*range(6))        # the fake driver's "device" memory
     dl = asdlpack(CAI(ctypes.addressof(memory)))
     assert dl.device == (DLDeviceType.kDLCUDA, 1)
@@ -130,9 +131,9 @@ def test_device_data_refuses_and_names_the_way_out(fake):  # noqa: F811
     assert np.from_dlpack(r).ravel().tolist() == list(range(6))
 
 
-def test_pinned_host_memory_pickles_as_host_data(fake):  # noqa: F811
+def test_pinned_host_memory_pickles_as_host_data(fake):
     data = (ctypes.c_float * 6)(*range(6))
-    fake.pointer_attributes = lambda ptr: (_cuda.CU_MEMORYTYPE_HOST, 0, False)
+    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_HOST, 0, False)
     dl = asdlpack(CAI(ctypes.addressof(data)))
     assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
     r, _ = _roundtrip(dl, 5, False)
