@@ -514,6 +514,9 @@ cdef BaseException _as_refusal(str protocol, BaseException e):
     return r
 
 
+cdef object _MISSING = object()
+
+
 cdef DLPackObject _dispatch(object obj):
     """Try each protocol in the order of docs/spec.md §3; fall through when one refuses."""
     global _ndarray
@@ -540,13 +543,13 @@ cdef DLPackObject _dispatch(object obj):
             refusals.append(("__dlpack__", e))
     for name, reader in _INTERFACES:
         try:
-            value = getattr(obj, name)
-        except AttributeError:
-            continue
+            value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
         except MemoryError:
             raise
         except Exception as e:
             refusals.append((name, e))
+            continue
+        if value is _MISSING:
             continue
         try:
             return reader(obj, value)

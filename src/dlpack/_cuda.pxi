@@ -229,7 +229,7 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     cdef CUdeviceptr ptr = 0
     _cu_enter(device_id)
     try:
-        _cu_check(_cu.cuMemAlloc(&ptr, max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        _cu_check(_cu.cuMemAlloc(&ptr, nbytes if nbytes else 1), f"cuMemAlloc({nbytes})")
     finally:
         _cu_leave()
     mem.device_id = device_id
@@ -250,7 +250,8 @@ cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
     if stream == 0:
         raise BufferError("__dlpack__: stream = 0 is disallowed for CUDA (ambiguous); pass 1 "
                           "for the legacy default stream or 2 for per-thread")
-    if stream < 0 or stream > <uintptr_t>-1:
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not a CUDA stream handle")
-    out[0] = stream
+    try:
+        out[0] = stream
+    except OverflowError:
+        raise BufferError(f"__dlpack__: stream = {stream!r} is not a CUDA stream handle") from None
     return 1

@@ -2,16 +2,20 @@
 # Every field is read once into a local (a snapshot), so a provider that changes the dict or a
 # sequence while we read it cannot make us size one thing and fill another.
 from collections.abc import Mapping as _Mapping
-from operator import index as _index
+
+from cpython.number cimport PyNumber_Index
 
 
 cdef tuple _AI_VERSIONS = (3,)
 cdef tuple _CAI_VERSIONS = (2, 3)
+cdef dict _TYPESTRS = {}        # typestr -> (code, bits, flags): parses that needed no name
 
 
 cdef str _ml_name(object obj, object typestr, object descr):
     """The ml_dtypes name behind a 'V' (or NumPy-less 'f1') typestr: descr's, else obj.dtype's."""
-    if not isinstance(typestr, str) or not (typestr[1:2] == "V" or typestr[1:] == "f1"):
+    cdef str t = typestr if isinstance(typestr, str) else None
+    if t is None or len(t) < 2 or not (t[1] == "V" or (len(t) == 3 and t[1] == "f"
+                                                       and t[2] == "1")):
         return None
     if (type(descr) is list and len(descr) == 1 and type(descr[0]) is tuple
             and len(descr[0]) >= 1 and type(descr[0][0]) is str
@@ -20,6 +24,19 @@ cdef str _ml_name(object obj, object typestr, object descr):
     dt = getattr(obj, "dtype", None)
     name = getattr(dt, "name", None)
     return name if type(name) is str else None
+
+
+cdef tuple _typestr(str protocol, object obj, str typestr, object descr):
+    """(code, bits, flags) of a typestr, remembered for the few valid ones that need no name."""
+    name = _ml_name(obj, typestr, descr)
+    if name is None:
+        parsed = _TYPESTRS.get(typestr)
+        if parsed is not None:
+            return parsed
+    parsed = _types.parse_typestr(protocol, typestr, name)
+    if name is None and len(_TYPESTRS) < 256:      # leading zeros make endless valid spellings
+        _TYPESTRS[typestr] = parsed
+    return parsed
 
 
 cdef tuple _ai_sequence(str protocol, str field, object value):
@@ -32,7 +49,7 @@ cdef tuple _ai_sequence(str protocol, str field, object value):
 cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -1:
     v = seq[i]
     try:
-        return _index(v)
+        return PyNumber_Index(v)
     except (TypeError, OverflowError):
         raise BufferError(f"{protocol}: field '{field}' = {seq!r} holds {v!r}, which is not an "
                           "int of at most 64 bits") from None
@@ -43,13 +60,15 @@ cdef int _ai_pointer(DLPackObject self, str protocol, tuple data) except -1:
     if len(data) != 2:
         raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     try:
-        address = _index(data[0])
+        address = PyNumber_Index(data[0])
     except TypeError:
         raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is not an "
                           "int") from None
-    if address < 0 or address > <uintptr_t>-1:
-        raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is out of range")
-    self.dl.data = <void *><uintptr_t>address
+    try:
+        self.dl.data = <void *><uintptr_t>address
+    except OverflowError:
+        raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is out of "
+                          "range") from None
     if data[1]:
         self._flags |= FLAG_READ_ONLY
     return 0
@@ -62,7 +81,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     Returns the buffer's length; _finish checks that every element lies inside it.
     """
     try:
-        offset = _index(offset)
+        offset = PyNumber_Index(offset)
     except TypeError:
         raise BufferError(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
     try:
@@ -86,32 +105,34 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     cdef Py_ssize_t i, n
     cdef int64_t offset = 0, bound = -1
     cdef Strides given = STRIDES_C
-    if type(ai) is not dict:
-        if not isinstance(ai, _Mapping):
-            raise BufferError(f"{protocol} = {type(ai).__name__} object is not a dict")
-        ai = dict(ai)
-    version = ai.get("version", (_CAI_VERSIONS if cuda else _AI_VERSIONS)[-1])
+    cdef dict d
+    if type(ai) is dict:
+        d = <dict>ai
+    elif isinstance(ai, _Mapping):
+        d = dict(ai)
+    else:
+        raise BufferError(f"{protocol} = {type(ai).__name__} object is not a dict")
+    version = d.get("version", (_CAI_VERSIONS if cuda else _AI_VERSIONS)[-1])
     if version not in (_CAI_VERSIONS if cuda else _AI_VERSIONS):
         raise BufferError(f"{protocol}: field 'version' = {version!r} is not one of "
                           f"{_CAI_VERSIONS if cuda else _AI_VERSIONS}")
-    if ai.get("mask") is not None:
+    if d.get("mask") is not None:
         raise BufferError(f"{protocol}: field 'mask' is set; masked arrays cannot be exchanged "
                           "(fill or compress the masked values first)")
-    typestr = ai.get("typestr")
+    typestr = d.get("typestr")
     if type(typestr) is not str:
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as "
                           "'<f4'")
-    code, bits, flags = _types.parse_typestr(
-        protocol, typestr, _ml_name(obj, typestr, ai.get("descr")))
-    shape = _ai_sequence(protocol, "shape", ai.get("shape"))
-    strides = ai.get("strides")
+    code, bits, flags = _typestr(protocol, obj, typestr, d.get("descr"))
+    shape = _ai_sequence(protocol, "shape", d.get("shape"))
+    strides = d.get("strides")
     if strides is not None:
         strides = _ai_sequence(protocol, "strides", strides)
         if len(strides) != len(shape):
             raise BufferError(f"{protocol}: field 'strides' = {strides!r} has {len(strides)} "
                               f"entries for the {len(shape)} of 'shape' = {shape!r}")
         given = STRIDES_BYTES
-    data = ai.get("data")
+    data = d.get("data")
     self = _new_object()
     self.dl.dtype.code = code
     self.dl.dtype.bits = bits
@@ -130,7 +151,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     else:
         try:
             offset = _ai_buffer(self, protocol, obj if data is None else data,
-                                ai.get("offset", 0))
+                                d.get("offset", 0))
             bound = self._view.len
             self.dl.device.device_type = kDLCPU
             self._finish(protocol, given, offset, bound)
@@ -141,7 +162,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         return self
     self._base = obj
     if cuda:
-        _cai_device_and_stream(self, ai.get("stream"))
+        _cai_device_and_stream(self, d.get("stream"))
     else:
         self.dl.device.device_type = kDLCPU
     self._finish(protocol, given, offset, bound)
@@ -157,10 +178,11 @@ cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
             raise BufferError("__cuda_array_interface__: field 'stream' = 0 is disallowed "
                               "(ambiguous); use 1 for the legacy default stream or 2 for "
                               "per-thread")
-        if stream < 0 or stream > <uintptr_t>-1:
+        try:
+            self._stream = stream
+        except OverflowError:
             raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
-                              "a CUDA stream handle")
-        self._stream = stream
+                              "a CUDA stream handle") from None
     _cu_pointer_device(<uintptr_t>self.dl.data, &self.dl.device)
     return 0
 

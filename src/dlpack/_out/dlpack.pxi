@@ -14,8 +14,8 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
     elif max_version is not None:
         try:
             major, minor = max_version
-            versioned = _index(major) >= 1
-            _index(minor)
+            versioned = PyNumber_Index(major) >= 1
+            PyNumber_Index(minor)
         except (TypeError, ValueError):
             raise TypeError(f"__dlpack__: max_version = {max_version!r} is not a "
                             "(major, minor) tuple of ints") from None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
+import shutil
 import subprocess
 import sys
 
@@ -24,6 +26,18 @@ def rss_kib() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def c_library(source: str, out_dir) -> tuple[ctypes.CDLL, str]:
+    """Compile one of the suite's C sources (tests/*.c) into a shared library and load it;
+    skips without a C compiler."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the test library")
+    out = os.path.join(str(out_dir), os.path.splitext(source)[0] + ".so")
+    path = os.path.join(os.path.dirname(__file__), source)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", out, path], check=True)
+    return ctypes.CDLL(out), out
 
 
 def run_clean(code: str) -> None:

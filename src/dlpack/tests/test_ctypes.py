@@ -2,9 +2,6 @@
 
 import ctypes
 import gc
-import os
-import shutil
-import subprocess
 import sys
 import weakref
 
@@ -12,20 +9,14 @@ import pytest
 
 import dlpack.ctypes as dlc
 from dlpack import asdlpack
-from dlpack.tests.helpers import lib
+from dlpack.tests.helpers import c_library, lib
 
 np = lib("numpy")
 
 
 @pytest.fixture(scope="module")
 def clib(tmp_path_factory):
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler to build the test library")
-    out = tmp_path_factory.mktemp("clib") / "libdlpacktest.so"
-    source = os.path.join(os.path.dirname(__file__), "clib.c")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), source], check=True)
-    c = ctypes.CDLL(str(out))
+    c, _ = c_library("clib.c", tmp_path_factory.mktemp("clib"))
     c.make_tensor.restype = ctypes.POINTER(dlc.DLManagedTensorVersioned)
     c.make_tensor.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64]
     c.make_legacy.restype = ctypes.POINTER(dlc.DLManagedTensor)

@@ -18,7 +18,7 @@ from dlpack.tests.fake_cuda import (
     synchronize,
     wait,
 )
-from dlpack.tests.helpers import run_clean
+from dlpack.tests.helpers import c_library, run_clean
 
 
 class CAI:
@@ -358,3 +358,44 @@ def test_device_ids_beyond_the_table_are_refused(fake):
         dl.__dlpack__(stream=5, max_version=(1, 0))
     with pytest.raises(BufferError, match="device 4096 is out of range"):
         asdlpack(b"ab").__dlpack__(max_version=(1, 0), dl_device=(2, 4096))
+
+
+def test_the_loader_resolves_a_driver_library(tmp_path):
+    """dlopen + dlsym on a stand-in libcuda (tests/libcuda_stub.c): the path a GPU takes."""
+    stub, path = c_library("libcuda_stub.c", tmp_path)
+
+    def count(name):
+        return ctypes.c_int.in_dll(stub, "stub_" + name).value
+
+    data = (ctypes.c_float * 6)(*range(6))
+    try:
+        _core._cuda_driver(None, path=path)
+        dl = asdlpack(CAI(ctypes.addressof(data), stream=7))
+        assert dl.device == (DLDeviceType.kDLCUDA, 0) and _core._cuda_state() == "loaded"
+        assert (count("inits"), count("queries")) == (1, 1)
+        dl.__dlpack__(stream=5, max_version=(1, 0))
+        assert [count(n) for n in ("retains", "events", "records", "waits", "destroys")] == [
+            1, 1, 1, 1, 1]
+        host = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+        info = todict(host)
+        assert count("syncs") == 1 and count("copies") == 1
+        assert info["data"] != ctypes.addressof(data)
+        assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
+        del host
+        device = asdlpack(b"stub!").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+        assert ctypes.string_at(todict(device)["data"], 5) == b"stub!"
+        assert count("allocs") == 1 and count("frees") == 0
+        del device
+        assert count("frees") == 1 and count("depth") == 0 and count("retains") == 1
+    finally:
+        _core._cuda_driver(None)
+
+
+def test_a_library_without_the_entry_points_is_refused():
+    try:
+        _core._cuda_driver(None, path="libc.so.6")
+        with pytest.raises(_core.CudaError, match=r"libc\.so\.6 has no cuInit"):
+            asdlpack(CAI())
+        assert _core._cuda_state() == "unloaded"
+    finally:
+        _core._cuda_driver(None)
