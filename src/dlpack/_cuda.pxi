@@ -53,6 +53,7 @@ cdef bint _cu_ready = False                  # entry points resolved and cuInit 
 cdef str _cu_state = "unloaded"              # for tests: unloaded, loaded or fake
 cdef bytes _cu_path = b"libcuda.so.1"
 cdef CUcontext _cu_contexts[MAX_CUDA_DEVICES]   # primary contexts, retained once per process
+cdef unsigned int _cu_generation = 0         # bumped when tests swap drivers
 cdef int _CU_ATTRIBUTES[3]
 _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                      CU_POINTER_ATTRIBUTE_IS_MANAGED]
@@ -103,8 +104,9 @@ cdef int _cu_load() except -1:
 def _cuda_driver(symbols=None, path="libcuda.so.1"):
     """Tests: use a fake driver's entry points (name -> address), or with None forget the
     driver so that the next CUDA exchange loads ``path``. Primary contexts are forgotten."""
-    global _cu_ready, _cu_state, _cu_path
+    global _cu_ready, _cu_state, _cu_path, _cu_generation
     cdef Py_ssize_t i
+    _cu_generation += 1
     _cu_ready = False
     _cu_state = "unloaded"
     _cu_path = path.encode()
@@ -165,8 +167,11 @@ cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
         out.device_type = kDLCUDAHost
         ordinal = max(ordinal, 0)
     elif mem != CU_MEMORYTYPE_DEVICE:
-        raise CudaError(f"__cuda_array_interface__: pointer {ptr:#x} has CUDA memory type {mem}, "
-                        "which DLPack cannot describe")
+        raise CudaError(f"__cuda_array_interface__: field 'data': pointer {ptr:#x} has CUDA "
+                        f"memory type {mem}, which DLPack cannot describe")
+    if ordinal < 0:
+        raise CudaError(f"__cuda_array_interface__: field 'data': the CUDA driver gives pointer "
+                        f"{ptr:#x} device ordinal {ordinal}, which is not a device")
     out.device_id = ordinal
     return 0
 
@@ -216,9 +221,10 @@ cdef class _DeviceMemory:
     when the last capsule viewing it is deleted."""
     cdef readonly int32_t device_id
     cdef readonly CUdeviceptr ptr
+    cdef unsigned int generation        # the driver that allocated it (tests swap drivers)
 
     def __dealloc__(self):
-        if self.ptr and _cu_ready and _cu_contexts[self.device_id] != NULL:
+        if self.ptr and self.generation == _cu_generation and _cu_ready:
             if _cu.cuCtxPushCurrent(_cu_contexts[self.device_id]) == 0:
                 _cu.cuMemFree(self.ptr)
                 _cu_leave()
@@ -234,6 +240,7 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
         _cu_leave()
     mem.device_id = device_id
     mem.ptr = ptr
+    mem.generation = _cu_generation
     return mem
 
 

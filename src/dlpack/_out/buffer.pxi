@@ -32,6 +32,8 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
         raise BufferError(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                           "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
     cdef const char *fmt = _buffer_format(self)
+    if _cuda_kind(self.dl.device.device_type):     # pinned or managed: read once it is ready
+        _sync_for(self, None, True)
     if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
         raise BufferError("buffer protocol: a writable buffer was requested, but the data "
                           "is read-only")

@@ -74,8 +74,10 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
     cdef DLDevice here = self.dl.device
     try:
         dt, did = dl_device
-        out.device_type = dt
-        out.device_id = did
+        if type(dt) is bool or type(did) is bool:
+            raise TypeError
+        out.device_type = PyNumber_Index(dt)
+        out.device_id = PyNumber_Index(did)
     except (TypeError, ValueError, OverflowError):
         raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
                         "(device_type, device_id) tuple of ints") from None
@@ -123,6 +125,8 @@ cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
     """
     cdef uintptr_t producer, consumer
     if host_copy:
+        if stream is not None:
+            _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says
         if self._resync is not None:
             self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
             producer = CU_STREAM_LEGACY
@@ -168,11 +172,11 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
 cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_id,
                              object stream) except NULL:
     """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
-    the capsule's deleter runs. The copy is synchronous: any consumer stream may use it."""
+    the capsule's deleter runs; the consumer's stream waits for the copy to land."""
     cdef char *staging = NULL
     cdef const char *src = <const char *>self.dl.data
     cdef uintptr_t consumer
-    _consumer_stream(stream, &consumer)             # checked; the synchronous copy needs none
+    cdef bint ordered = _consumer_stream(stream, &consumer)
     if _cuda_kind(self.dl.device.device_type):      # pinned or managed: read once it is ready
         _sync_for(self, None, True)
     cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
@@ -185,6 +189,10 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
             src = staging
         if self._count:
             _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self._nbytes, True)
+            if ordered and consumer != CU_STREAM_LEGACY:
+                # from pageable memory the copy returns once staged, its DMA on the legacy
+                # default stream: a non-blocking consumer stream must wait for that
+                _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)
     finally:
         free(staging)
     return _export(self, versioned, EXPORT_DEVICE_COPY, owner)

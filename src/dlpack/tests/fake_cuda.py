@@ -51,7 +51,7 @@ _ERROR_NAMES = {CUDA_ERROR_INVALID_CONTEXT: b"CUDA_ERROR_INVALID_CONTEXT",
 
 class FakeDriver:
     """Pointer attributes from a table, a log of every call (names without ``_v2``), and
-    ``fail[name] = rc`` to make one entry point fail."""
+    ``fail[name] = rc`` to make one entry point fail (logged as ``(name, "failed")``)."""
 
     def __init__(self):
         self.calls = []
@@ -75,6 +75,9 @@ class FakeDriver:
             if short in _NEEDS_CONTEXT and not self.current:
                 self.calls.append((short, "no context"))
                 return CUDA_ERROR_INVALID_CONTEXT
+            if short in self.fail and short != "cuGetErrorName":
+                self.calls.append((short, "failed"))    # as libcuda's: no effect at all
+                return self.fail[short]
             try:
                 logged = impl(*args)
             except Exception as e:                 # a bug in the fake or in the caller
@@ -82,7 +85,7 @@ class FakeDriver:
                 return 999
             if short != "cuGetErrorName":
                 self.calls.append((short, *logged))
-            return self.fail.get(short, 0)
+            return 0
         return entry
 
     # Each returns the arguments worth logging.

@@ -171,7 +171,7 @@ def test_dlpack_cuda_provider_gets_the_consumers_stream(fake):
     assert fake.calls == []
 
 
-def test_cuda_host_and_rocm_device_types_carried():
+def test_cuda_host_and_rocm_device_types_carried(fake):
     for device_type in (DLDeviceType.kDLCUDAHost, DLDeviceType.kDLROCM, DLDeviceType.kDLROCMHost):
         shape = (ctypes.c_int64 * 1)(2)
         data = (ctypes.c_float * 2)(1, 2)
@@ -252,7 +252,8 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     info = todict(capsule)
     ptr = info["data"]
     assert fake.calls == [*enter(1, True), ("cuMemAlloc", 8), *LEAVE,
-                          *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE]
+                          *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE,
+                          *wait(1, 1, 5, first=False)]     # stream 5 waits for the copy
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
     assert ctypes.string_at(ptr, 8) == b
     del capsule                                  # never consumed: the destructor frees it
@@ -318,7 +319,8 @@ def test_a_failing_driver_call_names_itself_and_cleans_up(fake):
                                               r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\)"):
         dl.__dlpack__(stream=5, max_version=(1, 0))
     # the event is destroyed and the context popped even so
-    assert fake.calls == [*wait(1, 7, 5)[:-3], ("cuEventDestroy", EVENT), *LEAVE]
+    assert fake.calls == [*wait(1, 7, 5)[:-4], ("cuEventRecord", "failed"),
+                          ("cuEventDestroy", EVENT), *LEAVE]
     assert fake.current == []
     fake.fail.clear()
     fake.fail["cuStreamSynchronize"] = 12345        # a code with no name
@@ -331,7 +333,8 @@ def test_failed_device_allocation_leaves_nothing(fake):
     fake.fail["cuMemAlloc"] = 2
     with pytest.raises(BufferError, match=r"cuMemAlloc\(4\) failed with CUDA_ERROR_OUT_OF_MEMORY"):
         asdlpack(b"abcd").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
-    assert fake.calls == [*enter(0, True), ("cuMemAlloc", 4), *LEAVE] and fake.current == []
+    assert fake.calls == [*enter(0, True), ("cuMemAlloc", "failed"), *LEAVE]
+    assert fake.current == [] and not fake.memory
 
 
 def test_device_copy_of_managed_memory_waits_for_its_producer(fake):
