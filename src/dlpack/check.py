@@ -35,6 +35,7 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
+from dlpack.matrix import quiet_native_stderr
 
 SCHEMA = "pydlpack-check/1"
 VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
@@ -557,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     reports, status = [], 0
     for spec in args.factory:
         try:
-            results = check(load(spec))
+            with quiet_native_stderr():
+                results = check(load(spec))
         except Exception as e:
             results = [Result("factory", "fail", f"{type(e).__name__}: {e}")]
         status |= any(r.status == "fail" for r in results)

@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
 
 import argparse
+import contextlib
 import ctypes
 import importlib
 import importlib.metadata
@@ -521,9 +522,46 @@ def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> lis
     return out
 
 
+@contextlib.contextmanager
+def quiet_native_stderr():
+    """Keep what native code writes straight to file descriptor 2 off the screen.
+
+    TensorFlow's absl and oneDNN lines (and their number) depend on its version and on the
+    CPU, and TF_CPP_MIN_LOG_LEVEL does not silence all of them; they reach descriptor 2 before
+    Python sees them. Inside the block descriptor 2 is /dev/null, and ``sys.stderr`` writes to
+    the real one, so Python's warnings, tracebacks and our progress line still show.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):    # no descriptor 2 at all: nothing to hide
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    old = sys.stderr
+    terminal = open(saved, "w", encoding=getattr(old, "encoding", None) or "utf-8",
+                    errors="backslashreplace", closefd=False)
+    try:
+        os.dup2(null, 2)
+        sys.stderr = terminal
+        yield
+    finally:
+        terminal.flush()
+        sys.stderr = old
+        os.dup2(saved, 2)
+        terminal.close()
+        os.close(saved)
+        os.close(null)
+
+
 def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=None,
           cuda: dict | None = None) -> dict:
     """Run the matrix; returns the JSON-ready result (schema in docs/matrix.md)."""
+    with quiet_native_stderr():
+        return _build(providers, consumers, dtypes, device, progress, cuda)
+
+
+def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
     p_names, p_missing = _available(PROVIDERS, providers, device)
     c_names, c_missing = _available(CONSUMERS, consumers, device)
     names = [d for d in DTYPES if not dtypes or d in dtypes]
