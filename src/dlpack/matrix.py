@@ -1033,7 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m dlpack: {error}", file=sys.stderr)
         return 1
     if not result["cells"]:
-        error = "the filters select nothing that can run here"
+        filtered = args.provider or args.consumer or args.dtype
+        error = "the filters select nothing that can run here" if filtered else \
+            f"nothing installed can run with --device {args.device}"
         names = _runnable(args.device, _split(args.provider), _split(args.dtype))
         result["error"] = f"{error}. " + names.replace("\n", ". ")
         result["exit_status"] = EXIT_USAGE

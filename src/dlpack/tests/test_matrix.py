@@ -143,16 +143,29 @@ def test_cuda_json_without_a_driver(monkeypatch, capsys):
     (["--provider", "cupy"], ["providers here: bytes, bytearray"]),
     (["--consumer", "cupy"], ["consumers here: numpy"]),
 ])
-def test_filters_that_select_nothing_exit_2_with_the_names(args, words):
-    run = run_cli(*args)
-    assert run.returncode == 2 and run.stdout == ""
-    assert "the filters select nothing that can run here" in run.stderr
+def test_filters_that_select_nothing_exit_2_with_the_names(args, words, capsys):
+    lib("numpy")
+    assert matrix.main(args) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "the filters select nothing that can run here" in out.err
     for word in words:
-        assert word in run.stderr, run.stderr
-    run = run_cli("--json", *args)
-    data = json.loads(run.stdout)
-    assert run.returncode == 2 and data["exit_status"] == 2 and data["cells"] == []
+        assert word in out.err, out.err
+    assert matrix.main(["--json", *args]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_status"] == 2 and data["cells"] == []
     assert all(word in data["error"] for word in words)
+
+
+def test_nothing_installed_for_the_device_exits_2(monkeypatch, capsys):
+    """A GPU but no CUDA library: nothing ran, so a CI job asking for CUDA must not pass."""
+    monkeypatch.setattr(matrix, "cuda_info", lambda: {"driver": "12.4", "gpus": ["test"]})
+    monkeypatch.setitem(matrix.PROVIDERS, "cupy", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix.PROVIDERS, "numba", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix.PROVIDERS, "torch.cuda", ("no_such_module_here", None, "cuda"))
+    assert matrix.main(["--device", "cuda", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["error"].startswith("nothing installed can run with --device cuda")
+    assert data["header"]["cuda"]["gpus"] == ["test"]
 
 
 def test_json_usage_error_is_json():
