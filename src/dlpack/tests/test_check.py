@@ -2,8 +2,11 @@
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -123,8 +126,26 @@ def test_text_of_a_crash_keeps_every_line():
     assert lines[-1] == "  every rule passed or does not apply"
 
 
+def test_lines_are_printed_as_decided():
+    """While a rule hangs, the lines of the rules before it are already out."""
+    child = subprocess.Popen([sys.executable, "-m", "dlpack", "check", BROKEN + "Hangs"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True,
+                             env=dict(os.environ, COLUMNS="300"))
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in child.stdout], daemon=True).start()
+    try:
+        seen = []
+        while not seen or not seen[-1].startswith("  pass  byte-offset-alignment"):
+            seen.append(lines.get(timeout=120))
+        assert child.poll() is None, seen          # device-copy is still running
+        assert [x.split()[1] for x in seen[1:]] == RULES[:RULES.index("device-copy")]
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)       # the checker and its child
+        child.wait()
+
+
 def test_a_rule_that_hangs_fails_and_the_rest_resume(monkeypatch):
-    monkeypatch.setattr(check_module, "TIMEOUT", 5)
+    monkeypatch.setattr(check_module, "TIMEOUT", 10)
     results = {r.rule: r for r in check_module.check_isolated(BROKEN + "Hangs")}
     assert results["device-copy"].status == "fail"
     assert "did not finish" in results["device-copy"].evidence
