@@ -24,8 +24,16 @@ cdef str _ml_name(object obj, str typestr):
     dtype look-alike) is not a type; docs/spec.md §3.7.
     """
     global _ml_module
-    if len(typestr) < 3 or not (typestr[1] == "V" or (typestr[1] == "f"
-                                                      and typestr[2:].lstrip("0") == "1")):
+    cdef Py_ssize_t i, n = len(typestr)
+    if n < 3:
+        return None
+    if typestr[1] == "f":                   # 'f1', 'f01'...: float8_e5m2's; 'f4' is float32
+        if typestr[n - 1] != "1":
+            return None
+        for i in range(2, n - 1):
+            if typestr[i] != "0":
+                return None
+    elif typestr[1] != "V":
         return None
     ml = sys.modules.get("ml_dtypes")
     np = sys.modules.get("numpy")
