@@ -114,6 +114,16 @@ _KIND_REJECT = {
     "M": "datetime", "m": "timedelta", "O": "object", "S": "byte string", "a": "byte string",
     "U": "unicode string", "V": "structured or opaque void",
 }
+# The way out of each refused kind, named in its message.
+_KIND_WAY_OUT = {
+    "M": "view it as int64 first (numpy: a.view('i8'))",
+    "m": "view it as int64 first (numpy: a.view('i8'))",
+    "O": "convert it to a numeric array first",
+    "S": "view it as bytes first (numpy: a.view('u1'))",
+    "a": "view it as bytes first (numpy: a.view('u1'))",
+    "U": "view it as UCS-4 code points first (numpy: a.view('u4'))",
+    "V": "pass one numeric field (a['name']) or a numeric view",
+}
 
 
 class DType:
@@ -203,7 +213,8 @@ def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, 
     if len(typestr) >= 2 and typestr[1] in _KIND_REJECT and not (typestr[1] == "V"
                                                                  and name in ML_DTYPES):
         raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is a "
-                          f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry")
+                          f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry; "
+                          f"{_KIND_WAY_OUT[typestr[1]]}")
     if len(typestr) < 3 or not (typestr[2:].isascii() and typestr[2:].isdigit()):
         raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is not of the form "
                           "'<byte order><kind><item size>', e.g. '<f4'")

@@ -70,7 +70,7 @@ cdef tuple _typestr(str protocol, object obj, str typestr, object descr):
         field = _ml_field(descr)
         if field is None:
             raise
-        raise BufferError(f"{e}; a field named {field!r} does not make it {field}: view the "
+        raise BufferError(f"{e}. A field named {field!r} does not make it {field}: view the "
                           f"array as that type first (numpy: a.view(ml_dtypes.{field}))") from None
     if name is None and len(_TYPESTRS) < 256:      # leading zeros make endless valid spellings
         _TYPESTRS[typestr] = parsed

@@ -1351,14 +1351,15 @@ def _register_fallback() -> None:
     numpy_refused = [
         ("datetime64-scalar", lambda np: np.datetime64("2020-01-01", "s"), (BUF, "'<M8[s]'", mv)),
         ("timedelta64-scalar", lambda np: np.timedelta64(5, "s"), (BUF, "'<m8[s]'", mv)),
-        ("datetime64-array", lambda np: np.array(["2020-01-01"], "M8[s]"), (AI, "datetime")),
+        ("datetime64-array", lambda np: np.array(["2020-01-01"], "M8[s]"),
+         (AI, "datetime", "a.view('i8')")),
         ("timedelta64-array", lambda np: np.arange(3).astype("m8[D]"), (AI, "timedelta")),
         ("bytes-scalar", lambda np: np.bytes_(b"abc"), (BUF, "'|S3'", mv)),
         ("str-scalar", lambda np: np.str_("ab"), (AI, "unicode")),
         ("void-scalar", lambda np: np.zeros(1, [("a", "<i4")])[0], (AI, "'|V4'")),
         ("structured-array", lambda np: np.zeros(3, [("a", "<i4"), ("b", "<f4")]),
-         (AI, "structured")),
-        ("object-array", lambda np: np.array([1, "x"], object), (AI, "object")),
+         (AI, "structured", "a['name']")),
+        ("object-array", lambda np: np.array([1, "x"], object), (AI, "object", "numeric")),
         ("object-scalar-array", lambda np: np.array(None), (AI, "object")),
         ("longdouble-scalar", lambda np: np.longdouble(1), (AI, "long double")),
     ]
