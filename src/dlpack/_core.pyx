@@ -9,6 +9,7 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_New, PyCapsule_SetName,
 )
+from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Occurred
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
@@ -520,15 +521,17 @@ cdef object _MISSING = object()
 
 
 cdef object _claim(object value):
-    """What a refused interface said its elements are: the typestr of a plain dict, else None.
+    """What a refused interface said its elements are: its dict's typestr, else None.
 
-    None means the protocol refused without naming a type we can read (a __dlpack__ that
-    raised, an attribute that raised, an __array_struct__ capsule).
+    The dict's own storage is read (a subclass's get() does not run). None means the protocol
+    refused without naming a type we can read (a __dlpack__ that raised, an attribute that
+    raised, a non-dict mapping, an __array_struct__ capsule).
     """
-    if type(value) is dict:
-        typestr = (<dict>value).get("typestr")
-        if type(typestr) is str:
-            return typestr
+    cdef PyObject *typestr
+    if isinstance(value, dict):
+        typestr = PyDict_GetItem(value, "typestr")
+        if typestr != NULL and type(<object>typestr) is str:
+            return <object>typestr
     return None
 
 

@@ -1303,6 +1303,15 @@ class _Typed(bytearray):
                                         **fields)
 
 
+def _typed_subclass_dict(typestr):
+    """_Typed, its interface a dict subclass whose get() lies (the claim reads the storage)."""
+    obj = _Typed(typestr)
+    lying = type("LyingDict", (dict,), {"get": lambda self, key, default=None: (
+        "|u1" if key == "typestr" else dict.get(self, key, default))})
+    obj.__array_interface__ = lying(obj.__array_interface__)
+    return obj
+
+
 class _TypedArray(array.array):
     """An array.array (a typed buffer) with an __array_interface__ set per instance."""
 
@@ -1375,6 +1384,8 @@ def _register_fallback() -> None:
     # providers of our own: a refused typestr admits only the same type
     add(g, "interface-datetime-then-bytes", via_buffer(lambda: _Typed(N + "M8")),
         buffer_error(AI, BUF, "uint8", "datetime", mv))
+    add(g, "interface-dict-subclass-datetime-then-bytes", via_buffer(lambda: _typed_subclass_dict(
+        N + "M8")), buffer_error(AI, BUF, "uint8", f"'{N}M8'", mv))
     add(g, "interface-float64-masked-then-bytes",
         via_buffer(lambda: _Typed(N + "f8", mask=object())),
         buffer_error(BUF, "uint8", f"'{N}f8'", mv))
