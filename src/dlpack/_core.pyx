@@ -9,6 +9,7 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_New, PyCapsule_SetName,
 )
+from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Occurred
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
@@ -265,6 +266,8 @@ cdef class DLPackObject:
                                            &isz, &packed)
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype))
+        if self.dl.device.device_type == kDLCPU:
+            self.dl.device.device_id = 0    # the host is one device, whatever id a producer set
         err = _element_count(n, self.dl.shape, &self._count)
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
@@ -517,10 +520,73 @@ cdef BaseException _as_refusal(str protocol, BaseException e):
 cdef object _MISSING = object()
 
 
+cdef object _claim(object value):
+    """What a refused interface said its elements are: its dict's typestr, else None.
+
+    The dict's own storage is read (a subclass's get() does not run). None means the protocol
+    refused without naming a type we can read (a __dlpack__ that raised, an attribute that
+    raised, a non-dict mapping, an __array_struct__ capsule).
+    """
+    cdef PyObject *typestr
+    if isinstance(value, dict):
+        typestr = PyDict_GetItem(value, "typestr")
+        if typestr != NULL and type(<object>typestr) is str:
+            return <object>typestr
+    return None
+
+
+cdef list _note(list claims, str protocol, object claim):
+    """claims with (protocol, claim) appended; made on the first refusal, not on every call."""
+    if claims is None:
+        claims = []
+    claims.append((protocol, claim))
+    return claims
+
+
+cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -1:
+    """No fallback describes the elements a refused protocol typed as other elements (§3).
+
+    A refused protocol that named a type T (its typestr) admits only a later protocol whose
+    dtype is T; one that named none admits any typed protocol, but not the buffer protocol's
+    untyped bytes (format 'B', 'c' or none): they would turn e.g. one datetime64 into eight
+    uint8. An untyped buffer is what memoryview(obj) gives: the way out for the raw bytes.
+    """
+    cdef bytes fmt
+    for refused, claim in claims:
+        if claim is None:
+            if not r._has_view or protocol != "buffer protocol":
+                continue
+            fmt = b"B" if r._view.format == NULL else <bytes>r._view.format
+            if fmt.lstrip(b"@=<>!") not in (b"B", b"c"):
+                continue
+            raise BufferError(
+                f"buffer protocol: format {fmt.decode('latin-1')!r} would give the elements "
+                f"as untyped bytes, but {refused} refused this {type(obj).__qualname__} as "
+                "typed elements; no fallback may change the elements. Convert it to a type "
+                "DLPack carries, or take the raw bytes explicitly: asdlpack(memoryview(obj))")
+        try:
+            code, bits, _ = _typestr(refused, obj, claim, None)
+        except BufferError:
+            code = bits = -1                   # a type DLPack cannot carry: nothing agrees
+        if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
+            raise BufferError(
+                f"{protocol}: would give the elements as {r.dtype.name}, but {refused} typed "
+                f"them as 'typestr' = {_types._shown(claim)} and refused; no fallback may "
+                "change the elements. Convert the data to a type DLPack carries first"
+                + (", or take the raw bytes explicitly: asdlpack(memoryview(obj))"
+                   if protocol == "buffer protocol" else ""))
+    return 0
+
+
 cdef DLPackObject _dispatch(object obj):
-    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses."""
+    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses.
+
+    A protocol accepted after others refused must agree with what they said (_agrees).
+    """
     global _ndarray
     cdef list refusals = []
+    cdef list claims = None             # (refused protocol, typestr or None), for _agrees
+    cdef DLPackObject r
     cdef type t = type(obj)
     if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
         _check_ndarray_layout(obj)
@@ -534,6 +600,7 @@ cdef DLPackObject _dispatch(object obj):
     except Exception as e:
         has_dlpack = False
         refusals.append(("__dlpack__", e))
+        claims = _note(claims, "__dlpack__", None)
     if has_dlpack:
         try:
             return _from_dlpack_method(obj)
@@ -541,6 +608,7 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
+            claims = _note(claims, "__dlpack__", None)
     for name, reader in _INTERFACES:
         try:
             value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
@@ -548,18 +616,26 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append((name, e))
+            claims = _note(claims, name, None)
             continue
         if value is _MISSING:
             continue
         try:
-            return reader(obj, value)
+            r = reader(obj, value)
+            if claims is not None:
+                _agrees(r, name, claims, obj)
+            return r
         except MemoryError:
             raise
         except Exception as e:
             refusals.append((name, e))
+            claims = _note(claims, name, _claim(value))
     if PyObject_CheckBuffer(obj):
         try:
-            return _from_buffer(obj)
+            r = _from_buffer(obj)
+            if claims is not None:
+                _agrees(r, "buffer protocol", claims, obj)
+            return r
         except MemoryError:
             raise
         except Exception as e:

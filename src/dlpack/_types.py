@@ -14,6 +14,22 @@ FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
+def _long_double_is_binary128() -> bool:
+    """Whether C's long double (NumPy's 'f16') is IEEE binary128, read from the bytes of 1.0.
+
+    On x86 it is the 80-bit x87 format padded to 16 bytes, on POWER often a double-double:
+    there 'f16' is not DLPack's float128, and no typestr describes float128 exactly.
+    """
+    import ctypes
+
+    one = ctypes.c_longdouble(1.0)
+    return ctypes.sizeof(one) == 16 and bytes(one) == (0x3FFF << 112).to_bytes(16, sys.byteorder)
+
+
+# float128 has an exact typestr ('f16', and complex256 'c32') only where long double is binary128.
+BINARY128 = _long_double_is_binary128()
+
+
 class DLDeviceType(enum.IntEnum):
     """Where the data lives (``DLDeviceType`` of dlpack.h, v1.3)."""
 
@@ -85,10 +101,28 @@ ML_DTYPES.update({"int2": (C.kDLInt, 2), "uint2": (C.kDLUInt, 2),
 
 # typestr kind -> DLPack code, for the kinds DLPack can carry.
 _KIND_CODE = {"b": C.kDLBool, "i": C.kDLInt, "u": C.kDLUInt, "f": C.kDLFloat, "c": C.kDLComplex}
-_KIND_WIDTHS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (4, 8, 16)}
+_KIND_WIDTHS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
+                "f": (2, 4, 8, 16) if BINARY128 else (2, 4, 8),
+                "c": (4, 8, 16, 32) if BINARY128 else (4, 8, 16)}
+# The widths NumPy reads exactly, by kind: what __array_interface__ may write (complex32 has no
+# NumPy type and goes out as an opaque item, like bfloat16).
+_EXACT_WIDTHS = dict(_KIND_WIDTHS, c=_KIND_WIDTHS["c"][1:])
+# Item sizes beyond any type: a typestr of more digits is refused before int() reads them.
+_MAX_DIGITS = 8
+_CODE_KIND = {int(code): kind for kind, code in _KIND_CODE.items()}
 _KIND_REJECT = {
     "M": "datetime", "m": "timedelta", "O": "object", "S": "byte string", "a": "byte string",
     "U": "unicode string", "V": "structured or opaque void",
+}
+# The way out of each refused kind, named in its message.
+_KIND_WAY_OUT = {
+    "M": "view it as int64 first (numpy: a.view('i8'))",
+    "m": "view it as int64 first (numpy: a.view('i8'))",
+    "O": "convert it to a numeric array first",
+    "S": "view it as bytes first (numpy: a.view('u1'))",
+    "a": "view it as bytes first (numpy: a.view('u1'))",
+    "U": "view it as UCS-4 code points first (numpy: a.view('u4'))",
+    "V": "pass one numeric field (a['name']) or a numeric view",
 }
 
 
@@ -169,28 +203,39 @@ def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int
     return _parse_typestr(protocol, typestr, name)
 
 
+def _shown(typestr: str) -> str:
+    """A typestr as messages quote it: whole unless it is absurdly long."""
+    return repr(typestr) if len(typestr) <= 40 else f"{typestr[:24]!r}... ({len(typestr)} chars)"
+
+
 @lru_cache(maxsize=256)
 def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, int, int]:
+    if len(typestr) >= 2 and typestr[1] in _KIND_REJECT and not (typestr[1] == "V"
+                                                                 and name in ML_DTYPES):
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is a "
+                          f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry; "
+                          f"{_KIND_WAY_OUT[typestr[1]]}")
     if len(typestr) < 3 or not (typestr[2:].isascii() and typestr[2:].isdigit()):
-        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not of the form "
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is not of the form "
                           "'<byte order><kind><item size>', e.g. '<f4'")
-    order, kind, size = typestr[0], typestr[1], int(typestr[2:])
+    if len(typestr[2:].lstrip("0")) > _MAX_DIGITS:
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} has an item size "
+                          "larger than any type")
+    order, kind, size = typestr[0], typestr[1], int(typestr[2:].lstrip("0") or "0")
     if order not in "<>|=":
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown byte-order "
                           f"character {order!r}")
-    if kind in "Vf" and name in ML_DTYPES:
+    if kind in "Vf" and name in ML_DTYPES:      # name: a real ml_dtypes dtype said it
         code, bits = ML_DTYPES[name]
         if size * 8 == bits:
             return code, bits, 0
         if bits < 8 and size == 1:
             return code, bits, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
-    if kind in _KIND_REJECT:
-        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a "
-                          f"{_KIND_REJECT[kind]} type, which DLPack cannot carry")
     if kind not in _KIND_CODE:
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown kind {kind!r}")
     if size not in _KIND_WIDTHS[kind]:
-        what = "long double" if kind in "fc" and size > 8 else f"{size}-byte"
+        long_double = size in ((10, 12, 16) if kind == "f" else (20, 24, 32) if kind == "c" else ())
+        what = "long double" if long_double else f"{size}-byte"
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a {what} "
                           f"{'complex' if kind == 'c' else 'number'}, which DLPack cannot carry")
     if size > 1 and order == ("<" if NATIVE == ">" else ">"):
@@ -210,11 +255,16 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
         raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
                           "array-interface typestr (vector or sub-byte type)")
     size = bits // 8
-    kinds: dict[int, str] = {
-        C.kDLBool: "b", C.kDLInt: "i", C.kDLUInt: "u", C.kDLFloat: "f", C.kDLComplex: "c"}
+    kind = _CODE_KIND.get(code)
     order = "|" if size == 1 else NATIVE
-    if code in kinds and (code != C.kDLComplex or size in (8, 16)):
-        typestr = f"{order}{kinds[code]}{size}"
+    if kind is not None and size in _EXACT_WIDTHS[kind]:
+        typestr = f"{order}{kind}{size}"
         return typestr, [("", typestr)]
+    if kind is not None and (code, bits) != (C.kDLComplex, 32):
+        why = (f"'{order}{kind}{size}' is this platform's long double, not IEEE binary128"
+               if kind in "fc" and size in (16, 32) else
+               f"'{order}{kind}{size}' is no NumPy type")
+        raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no exact "
+                          f"typestr ({why}); use __dlpack__")
     typestr = f"|V{size}"
     return typestr, [(_name(code, bits, lanes), typestr)]

@@ -24,8 +24,8 @@ cdef DLPackObject _from_capsule(object capsule, object base):
 cdef str _capsule_name_refusal(const char *name):
     shown = "NULL" if name == NULL else repr((<bytes>name).decode("utf-8", "replace"))
     if shown.startswith("'used_dltensor"):
-        return (f"DLPack capsule: name {shown}: it was consumed already (a capsule can be "
-                "consumed once; ask the producer for a new one)")
+        return (f"DLPack capsule: name {shown}: it was consumed already (a DLPack tensor may "
+                "be consumed at most once; ask the producer for a new one)")
     return f"DLPack capsule: name {shown} is not 'dltensor' or 'dltensor_versioned'"
 
 

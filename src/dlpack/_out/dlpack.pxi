@@ -1,6 +1,8 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
 # dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (docs/spec.md §10).
 # The export block, its deleters and the capsule destructor live in _own.pxi.
+from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
@@ -70,22 +72,38 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
 
 
 cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out) except -1:
-    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU."""
+    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU.
+
+    dl_device is a tuple or list of two ints, read once from its own storage. The host is one
+    device, (kDLCPU, 0) (dlpack.h: CPU data has device_id 0; imports are normalised to it): any
+    other kDLCPU id names no device and is refused whatever copy says, as NumPy does.
+    """
     cdef DLDevice here = self.dl.device
+    if PyTuple_Check(dl_device):
+        pair = PyTuple_GetSlice(dl_device, 0, PyTuple_GET_SIZE(dl_device))
+    elif PyList_Check(dl_device):
+        pair = PyList_GetSlice(dl_device, 0, PyList_GET_SIZE(dl_device))
+    else:
+        pair = None
     try:
-        dt, did = dl_device
+        if pair is None or len(pair) != 2:
+            raise TypeError
+        dt, did = pair
         if type(dt) is bool or type(did) is bool:
             raise TypeError
         out.device_type = PyNumber_Index(dt)
         out.device_id = PyNumber_Index(did)
     except (TypeError, ValueError, OverflowError):
         raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
-                        "(device_type, device_id) tuple of ints") from None
+                        "(device_type, device_id) tuple or list of two ints") from None
+    if out.device_type == kDLCPU and out.device_id != 0:
+        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
+                          f"({kDLCPU}, 0); no other kDLCPU id names a device")
     if out.device_type == here.device_type and out.device_id == here.device_id:
         return 0
     if out.device_type == kDLCPU and (_host_accessible(here.device_type)
                                       or here.device_type == kDLCUDA):
-        out.device_id = 0
+        pass
     elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
         if out.device_id < 0:
             raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
