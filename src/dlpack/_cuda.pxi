@@ -205,7 +205,9 @@ cdef CUcontext _cu_primary(int32_t device_id) except NULL:
                 return ctx
             _cu_epochs[device_id] += 1  # device copies made before the reset are gone
             _cu_contexts[device_id] = NULL
-        _cu_check(_cu.cuDeviceGet(&dev, device_id), f"cuDeviceGet({device_id})")
+        rc = _cu.cuDeviceGet(&dev, device_id)
+        if rc != 0:
+            _cu_fail(rc, f"cuDeviceGet({device_id})")
         with nogil:
             rc = _cu.cuDevicePrimaryCtxRetain(&ctx, dev)
         _cu_check(rc, "cuDevicePrimaryCtxRetain")
@@ -235,10 +237,13 @@ cdef CUcontext _cu_stream_context(int32_t device_id, uintptr_t stream) except NU
     contexts make streams outside the primary one), or device_id's primary context for the
     default streams, which belong to whichever context is current."""
     cdef CUcontext ctx = NULL
+    cdef CUresult rc
     if stream == CU_STREAM_LEGACY or stream == CU_STREAM_PER_THREAD:
         return _cu_primary(device_id)
     _cu_load()
-    _cu_check(_cu.cuStreamGetCtx(<CUstream>stream, &ctx), f"cuStreamGetCtx({stream:#x})")
+    rc = _cu.cuStreamGetCtx(<CUstream>stream, &ctx)
+    if rc != 0:
+        _cu_fail(rc, f"cuStreamGetCtx({stream:#x})")
     if ctx == NULL:
         raise CudaError(f"CUDA driver: cuStreamGetCtx({stream:#x}) named no context")
     return ctx
@@ -454,7 +459,8 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     with nogil:
         rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
         _cu_leave()
-    _cu_check(rc, f"cuMemAlloc({nbytes})")
+    if rc != 0:
+        _cu_fail(rc, f"cuMemAlloc({nbytes})")
     mem.device_id = device_id
     mem.ptr = ptr
     mem.generation = _cu_generation

@@ -103,10 +103,13 @@ cdef DLPackObject _from_torch(object t):
     return None
 
 
-cdef bint _torch_current(int32_t device_id) except -1:
+cdef bint _torch_current(int32_t device_id) noexcept:
     """Whether torch's current CUDA device is device_id: torch's __dlpack__ refuses tensors on
-    another, and the fast path leaves them to it (it raises torch's own BufferError)."""
-    return sys.modules["torch"].cuda.current_device() == device_id
+    another, and the fast path leaves them (and any doubt) to it, for torch's own BufferError."""
+    try:
+        return sys.modules["torch"].cuda.current_device() == device_id
+    except Exception:
+        return False
 
 
 cdef DLPackObject _from_dlpack_method(object obj):
