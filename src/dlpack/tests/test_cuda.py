@@ -412,10 +412,22 @@ def test_the_loader_resolves_a_driver_library(tmp_path):
         assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
         del host
         device = asdlpack(b"stub!").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
-        assert ctypes.string_at(todict(device)["data"], 5) == b"stub!"
-        assert count("allocs") == 1 and count("frees") == 0
+        assert ctypes.string_at(todict(device)["data"], 5) == b"stub!"   # stub "device" memory
+        assert count("allocs") == 1 and count("frees") == 0              # is host memory
         del device
         assert count("frees") == 1 and count("depth") == 0 and count("retains") == 1
+        column = CAI(ctypes.addressof(data) + 4, stream=7, readonly=True)   # 2-D copies
+        column.__cuda_array_interface__.update(shape=(3,), strides=(8,))
+        dl = asdlpack(column)
+        host = todict(dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
+        assert list((ctypes.c_float * 3).from_address(host["data"])) == [1, 3, 5]
+        assert count("copies") == 3                          # one cuMemcpy2D of three rows
+        capsule = dl.__dlpack__()                           # read-only, legacy: a device copy
+        private = todict(capsule)
+        assert count("allocs") == 2 and count("copies") == 4
+        assert list((ctypes.c_float * 5).from_address(private["data"]))[::2] == [1, 3, 5]
+        del capsule
+        assert count("frees") == 2 and count("lookups") == 5 and count("depth") == 0
     finally:
         _core._cuda_driver(None)
 

@@ -215,11 +215,11 @@ def test_5_host_to_device_copy_lands_before_an_unordered_consumer(fake, stream):
     capsule = asdlpack(b"abcdefgh").__dlpack__(dl_device=(2, 0), max_version=(1, 0),
                                                stream=stream)
     ptr = todict(capsule)["data"]
-    assert fake.calls == [*enter(0, True), ("cuMemAlloc", 8), *LEAVE, *enter(0),
-                          ("cuMemcpyHtoD", ptr, 8), ("cuStreamSynchronize", 1), *LEAVE]
     seen = fake.consume(side, ptr, 8)
     fake.synchronize(side)
     assert seen.value == b"abcdefgh"
+    assert fake.calls == [*enter(0, True), ("cuMemAlloc", 8), *LEAVE, *enter(0),
+                          ("cuMemcpyHtoD", ptr, 8), ("cuStreamSynchronize", 1), *LEAVE]
 
 
 def test_5_an_explicit_stream_waits_without_blocking_the_host(fake):
