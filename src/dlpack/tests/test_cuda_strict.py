@@ -122,15 +122,18 @@ def test_2_a_gpu_consumer_of_pinned_data_still_gets_an_event(fake):
 
 # -- 3: the GIL is released around every call that can block ------------------------------------
 
+_USED = b"used_dltensor_versioned"      # a capsule keeps the pointer: this bytes never dies
+
+
 def _consumed(capsule):
     """Take a capsule's managed tensor as a C consumer does (renaming the capsule used)."""
-    name = b"dltensor_versioned"
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     rename = ctypes.pythonapi.PyCapsule_SetName
     rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    m = ctypes.cast(get(capsule, name), ctypes.POINTER(dlc.DLManagedTensorVersioned))
-    rename(capsule, b"used_" + name)
+    m = ctypes.cast(get(capsule, b"dltensor_versioned"),
+                    ctypes.POINTER(dlc.DLManagedTensorVersioned))
+    rename(capsule, _USED)
     return m
 
 
