@@ -702,9 +702,9 @@ def todict(obj):
 
 
 def _export_address(DLPackObject obj, bint versioned):
-    """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer)."""
-    return <uintptr_t>_export(obj, versioned, EXPORT_HOST_COPY if _export_copy(
-        obj, versioned, None, False) else EXPORT_VIEW)
+    """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer): what
+    ``__dlpack__()`` would hand out, ordered after the producer's work in the same way."""
+    return <uintptr_t>_export_block(obj, None, versioned, None, None)
 
 
 def _abi_layout():

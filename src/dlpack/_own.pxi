@@ -148,8 +148,10 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     return block
 
 
-cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
-    """Copy src's elements, addressed from data with src's strides, into dst in C order.
+cdef void _gather(char *dst, const char *data, DLPackObject src,
+                  const int64_t *strides=NULL) noexcept:
+    """Copy src's elements, addressed from data with src's strides (or the element strides
+    given, e.g. a staging copy's), into dst in C order.
 
     Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
     loop moves whole items of src._isz bytes.
@@ -160,9 +162,11 @@ cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
     cdef const char *p = data
     if src._count == 0:
         return
-    if src._c_contig:
-        memcpy(dst, data, src._nbytes)
-        return
+    if strides == NULL:
+        if src._c_contig:
+            memcpy(dst, data, src._nbytes)
+            return
+        strides = src.dl.strides
     for i in range(ndim):
         idx[i] = 0
     for n in range(src._count):
@@ -172,9 +176,9 @@ cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
         while i >= 0:       # odometer; p never leaves the range _finish checked for overflow
             if idx[i] + 1 < src.dl.shape[i]:
                 idx[i] += 1
-                p += src.dl.strides[i] * src._isz
+                p += strides[i] * src._isz
                 break
-            p -= (src.dl.shape[i] - 1) * src.dl.strides[i] * src._isz
+            p -= (src.dl.shape[i] - 1) * strides[i] * src._isz
             idx[i] = 0
             i -= 1
 

@@ -170,7 +170,16 @@ def _jax():
 
 
 def _p_jax(name):
-    return _jax().numpy.asarray(_reference(name))
+    jax = _jax()        # on the host even where JAX's default device is a GPU
+    return jax.device_put(_reference(name), jax.devices("cpu")[0])
+
+
+def _p_jax_gpu(name):
+    jax = _jax()
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        raise NotApplicable
+    return jax.device_put(_reference(name), gpus[0])
 
 
 def _p_tensorflow(name):
@@ -217,6 +226,7 @@ PROVIDERS: dict[str, tuple[str, Callable, str]] = {
     "numpy": ("numpy", _p_numpy, "cpu"),
     "torch": ("torch", _p_torch, "cpu"),
     "jax": ("jax", _p_jax, "cpu"),
+    "jax.gpu": ("jax", _p_jax_gpu, "cuda"),
     "tensorflow": ("tensorflow", _p_tensorflow, "cpu"),
     "pyarrow": ("pyarrow", _p_pyarrow, "cpu"),
     "pillow": ("PIL", _p_pillow, "cpu"),
@@ -273,6 +283,7 @@ CONSUMERS: dict[str, tuple[str, Callable, str]] = {
     "numpy.asarray": ("numpy", _c_numpy_asarray, "cpu"),
     "torch": ("torch", _c_torch, "cpu"),
     "jax": ("jax", _c_jax, "cpu"),
+    "jax.gpu": ("jax", _c_jax, "cuda"),
     "tensorflow": ("tensorflow", _c_tensorflow, "cpu"),
     "array_api_strict": ("array_api_strict", _c_array_api_strict, "cpu"),
     "memoryview": ("builtins", _c_memoryview, "cpu"),
@@ -323,6 +334,9 @@ def _values(result, name: str) -> list:
         result = result.get()
     elif getattr(result, "is_cuda", False):                   # torch CUDA tensor
         result = result.cpu()
+    elif type(result).__module__.startswith("jax") and any(
+            d.platform != "cpu" for d in result.devices()):      # JAX array on a GPU
+        result = _jax().device_get(result)
     dl = asdlpack(result, allow_legacy_readonly=True)
     view = memoryview(dl) if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else None
     if view is not None and view.format in ("?", "b", "B", "h", "i", "l", "q", "Q", "e", "f",
@@ -346,7 +360,7 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
 
 
-LEGACY_CONSUMERS = ("jax", "tensorflow")     # call __dlpack__ without max_version
+LEGACY_CONSUMERS = ("jax", "jax.gpu", "tensorflow")   # call __dlpack__ without max_version
 
 
 def _legacy_export_copies(dl) -> bool:

@@ -228,19 +228,20 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
 
 
 cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
+    """The CAI's stream (NumPy ints too) and the device owning its pointer; a zero-size array
+    has no memory to locate (a pool's pointer may be one past an allocation): CUDA:0."""
+    cdef uintptr_t handle
+    cdef int i
     if stream is not None:
-        if type(stream) is bool or not isinstance(stream, int):
-            raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
-                              "None or an int")
-        if stream == 0:
-            raise BufferError("__cuda_array_interface__: field 'stream' = 0 is disallowed "
-                              "(ambiguous); use 1 for the legacy default stream or 2 for "
-                              "per-thread")
-        try:
-            self._stream = stream
-        except OverflowError:
-            raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
-                              "a CUDA stream handle") from None
+        if not _stream_int(stream, "__cuda_array_interface__: field 'stream'", &handle):
+            raise BufferError("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
+                              "use None when no synchronisation is needed")
+        self._stream = handle
+    for i in range(self.dl.ndim):
+        if self.dl.shape[i] == 0:
+            self.dl.device.device_type = kDLCUDA
+            self.dl.device.device_id = 0
+            return 0
     _cu_pointer_device(<uintptr_t>self.dl.data, &self.dl.device)
     return 0
 

@@ -71,10 +71,10 @@ cdef bint _is_torch_tensor(object obj) except -1:
 cdef DLPackObject _from_torch(object t):
     """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
 
-    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors, but exports a
-    negative-bit view without negating it: that one is refused here, on every path. CUDA data
-    is ordered at each export after the stream torch's current_work_stream names then, as
-    torch's __dlpack__ would be.
+    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors and CUDA tensors off the
+    current device, but exports a negative-bit view without negating it: that one is refused
+    here, on every path. CUDA data is ordered at each export after the stream torch's
+    current_work_stream names then, as torch's __dlpack__ would be.
     """
     cdef DLManagedTensorVersioned *m = NULL
     cdef DLPackObject self
@@ -91,8 +91,9 @@ cdef DLPackObject _from_torch(object t):
             device_type = m.dl_tensor.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
             if (device_type == kDLCPU or (device_type == kDLCUDA
-                                          and _torch_api.current_work_stream != NULL)) and not (
-                    m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
+                                          and _torch_api.current_work_stream != NULL
+                                          and _torch_current(m.dl_tensor.device.device_id))
+                    ) and not (m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
                 self = _adopt(m, True, t, "__dlpack_c_exchange_api__")
                 if device_type == kDLCUDA:
                     self._stream = 0
@@ -100,6 +101,15 @@ cdef DLPackObject _from_torch(object t):
                 return self
             _delete_managed(m, True)        # other devices or conj: torch's own path below
     return None
+
+
+cdef bint _torch_current(int32_t device_id) noexcept:
+    """Whether torch's current CUDA device is device_id: torch's __dlpack__ refuses tensors on
+    another, and the fast path leaves them (and any doubt) to it, for torch's own BufferError."""
+    try:
+        return sys.modules["torch"].cuda.current_device() == device_id
+    except Exception:
+        return False
 
 
 cdef DLPackObject _from_dlpack_method(object obj):

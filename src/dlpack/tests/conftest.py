@@ -20,12 +20,15 @@ def no_leak():
 
 @pytest.fixture
 def fake():
-    """The fake CUDA driver, installed in the core for one test."""
+    """The fake CUDA driver, installed in the core for one test; afterwards no host read has
+    touched device memory and no blocking driver call was made with the GIL held."""
     from dlpack.tests import fake_cuda
 
     driver = fake_cuda.install()
     yield driver
     fake_cuda.uninstall()
+    assert driver.touched() == [], "a host read path read device memory"
+    assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
 
 
 def pytest_collection_finish(session):

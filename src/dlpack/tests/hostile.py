@@ -136,6 +136,15 @@ def via_cai(**fields):
     return lambda: summary(asdlpack(Iface(d, CAI)))
 
 
+class LyingInt(int):
+    """An int whose == answers False to everything (so ``x == 0`` hides a zero)."""
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
 class Index:
     """An object with ``__index__``, which runs ``action`` and returns ``value``."""
 
@@ -474,6 +483,9 @@ def _register_mappings() -> None:
     add(g, "cai-stream-0", via_cai(stream=0), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-bool", via_cai(stream=True), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-str", via_cai(stream="1"), buffer_error(CAI, "'stream'"))
+    add(g, "cai-stream-minus-1", via_cai(stream=-1), buffer_error(CAI, "'stream' = -1", "None"))
+    add(g, "cai-stream-lying-zero", via_cai(stream=LyingInt(0)),
+        buffer_error(CAI, "'stream' = 0", "ambiguous"))
     add(g, "cai-mask", via_cai(mask=object()), buffer_error(CAI, "'mask'"))
     add(g, "cai-typestr-list", via_cai(typestr=["<f8"]), buffer_error(CAI, "'typestr'"))
     add(g, "cai-shape-huge", via_cai(shape=(2**62, 2**62)), buffer_error(CAI, "more elements"))
