@@ -5,7 +5,7 @@
 and returns a ``DLPackObject`` that speaks all of them.
 """
 
-from dlpack._core import DLPackObject, asdlpack, todict
+from dlpack._core import DLPackObject, asdlpack, from_address, todict
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -29,5 +29,13 @@ __all__ = [
     "DType",
     "__version__",
     "asdlpack",
+    "from_address",
     "todict",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    import dlpack._legacy  # not "from dlpack import": that would ask __getattr__ again
+
+    return dlpack._legacy.attribute(name)

@@ -201,6 +201,8 @@ cdef class DLPackObject:
     cdef bint _managed_versioned
     cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
+    cdef bint _plain_versioned          # __dlpack__() without max_version gives a versioned
+                                        # capsule (0.2.1's impl_cls; docs/migration.md)
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
@@ -444,6 +446,7 @@ include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
 include "_in/dlpack.pxi"
+include "_in/address.pxi"
 include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
@@ -470,6 +473,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._resync = src._resync
     r._base = src
     r._legacy_import = src._legacy_import
+    r._plain_versioned = src._plain_versioned
     _set_policy(r, legacy_readonly, legacy_writable)
     return r
 
@@ -579,16 +583,23 @@ cdef DLPackObject _dispatch(object obj):
                       f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False):
+def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,
+             impl_cls=None):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
+    ``impl_cls`` is pydlpack 0.2.1's, deprecated (see docs/migration.md).
     """
     cdef DLPackObject r
     cdef type t = type(obj)
+    if impl_cls is not None:
+        from dlpack import _legacy
+        return _plain_kind(asdlpack(obj, allow_legacy_readonly=allow_legacy_readonly,
+                                    legacy_writable=legacy_writable),
+                           _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
@@ -608,6 +619,47 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
     else:
         r = _dispatch(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
+    return r
+
+
+cdef DLPackObject _plain_kind(DLPackObject r, bint versioned):
+    """r, or a second view of its memory, whose plain __dlpack__() gives the capsule kind asked."""
+    if r._plain_versioned != versioned:
+        r = _share(r, r._legacy_readonly, False)
+        r._plain_versioned = versioned
+    return r
+
+
+def _asdlpack_via(obj, str protocol, bint versioned=False):
+    """asdlpack through ``protocol`` alone, with the same reader and checks (pydlpack 0.2.1's
+    per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's impl_cls asked."""
+    cdef DLPackObject r
+    value = _MISSING
+    if protocol == "__dlpack__":
+        present = getattr(obj, "__dlpack__", None) is not None
+    elif protocol == "buffer protocol":
+        present = PyObject_CheckBuffer(obj)
+    elif protocol == "__array_interface__" or protocol == "__cuda_array_interface__":
+        value = getattr(obj, protocol, _MISSING)
+        present = value is not _MISSING
+    else:
+        raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
+    if not present:
+        raise TypeError(f"{protocol}: {type(obj).__module__}.{type(obj).__qualname__} object "
+                        f"does not speak it; dlpack.asdlpack(obj) tries every protocol")
+    try:
+        if protocol == "__dlpack__":
+            r = _from_dlpack_method(obj)
+        elif protocol == "buffer protocol":
+            r = _from_buffer(obj)
+        else:
+            r = _from_interface_dict(obj, value, protocol,
+                                     protocol == "__cuda_array_interface__")
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _as_refusal(protocol, e)
+    r._plain_versioned = versioned
     return r
 
 

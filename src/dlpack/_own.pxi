@@ -8,6 +8,8 @@ cdef extern from "Python.h":
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
 
+from posix.stdlib cimport posix_memalign
+
 cdef extern from "string.h":
     int strcmp(const char *, const char *) nogil
 
@@ -73,11 +75,26 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
 
 # -- the export block: one allocation per exported tensor ---------------------------------------
 
+cdef enum:
+    DATA_ALIGN = 256        # data pydlpack allocates starts on this boundary (TensorFlow aborts
+                            # on data not 64-byte aligned; JAX copies it)
+
+
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
                                size_t *data_at) noexcept nogil:
-    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 64 bytes."""
+    """The managed struct, then shape + strides at 8 bytes, then (copies) data at DATA_ALIGN
+    bytes; a block with data comes from _data_block, so the data's address is aligned too."""
     dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+    data_at[0] = ((dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + DATA_ALIGN - 1)
+                  & ~(<size_t>(DATA_ALIGN - 1)))
+
+
+cdef inline char *_data_block(size_t size) noexcept nogil:
+    """A block starting on a DATA_ALIGN boundary (freed with free()), or NULL."""
+    cdef void *block = NULL
+    if posix_memalign(&block, DATA_ALIGN, size) != 0:
+        return NULL
+    return <char *>block
 
 
 cdef enum Export:
@@ -106,7 +123,10 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
-    block = <char *>malloc(data_at + nbytes)
+    if kind == EXPORT_HOST_COPY:
+        block = _data_block(data_at + nbytes)
+    else:
+        block = <char *>malloc(dims_at + 2 * <size_t>ndim * sizeof(int64_t))
     if block == NULL:
         raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
     if versioned:

@@ -5,7 +5,7 @@
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
-    cdef bint versioned = False, do_copy
+    cdef bint versioned = self._plain_versioned, do_copy
     cdef int32_t device_type = self.dl.device.device_type
     cdef DLDevice target = self.dl.device
     if (type(max_version) is tuple and len(<tuple>max_version) == 2
