@@ -69,8 +69,10 @@ def test_per_protocol_functions_force_their_protocol(name, expect):
 
 def test_per_protocol_functions_use_the_checked_readers():
     class Hostile:
-        __array_interface__ = {"shape": (2**62, 2**62), "typestr": "<f8",
-                               "data": (4096, False), "version": 3}
+        @property
+        def __array_interface__(self):
+            return {"shape": (2**62, 2**62), "typestr": "<f8", "data": (4096, False),
+                    "version": 3}
 
     with pytest.warns(DeprecationWarning), pytest.raises(BufferError, match="overflows"):
         dlpack.asdlpack_array_interface_v3(Hostile())
