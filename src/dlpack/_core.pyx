@@ -58,6 +58,11 @@ cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
     return (device_type == kDLCUDA or device_type == kDLCUDAHost
             or device_type == kDLCUDAManaged)
 
+cdef inline bint _known_device(int32_t device_type) noexcept nogil:
+    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
+    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
+
+
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
 cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
 cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
@@ -267,6 +272,11 @@ cdef class DLPackObject:
                                            &isz, &packed)
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype))
+        if not _known_device(self.dl.device.device_type):
+            raise BufferError(f"{protocol}: field 'device' = ({self.dl.device.device_type}, "
+                              f"{self.dl.device.device_id}): {self.dl.device.device_type} is "
+                              f"not a device type DLPack {DLPACK_MAJOR}.{DLPACK_MINOR} names; "
+                              "upgrade pydlpack if the producer speaks a newer DLPack")
         err = _element_count(n, self.dl.shape, &self._count)
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)

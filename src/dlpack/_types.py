@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from functools import lru_cache
+from typing import TypeVar
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -86,7 +87,10 @@ def _label(member: enum.IntEnum) -> str:
     return member.name[1:]
 
 
-def _from_label(cls, label: str):  # type: ignore[no-untyped-def]
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _from_label(cls: type[_E], label: str) -> _E:
     from dlpack._legacy import deprecated
 
     deprecated(f"{cls.__name__}.from_label(label)", f"{cls.__name__}['kDL...']", stacklevel=4)

@@ -681,6 +681,9 @@ def _register_capsules() -> None:
         ("byte-offset-2**63", dict(byte_offset=2**63), ("'byte_offset'",)),
         ("version-2", dict(version=(2, 0)), ("'version'",)),
         ("version-max", dict(version=(2**32 - 1, 0)), ("'version'",)),
+        ("device-type-99", dict(device=(99, 0)), ("'device'", "99", "DLPack 1.3")),
+        ("device-type-5", dict(device=(5, 0)), ("'device'",)),
+        ("device-type-0", dict(device=(0, 0)), ("'device'",)),
     ]
     for name, fields, words in refused:
         add(g, name, via_capsule(**fields), buffer_error(CAP, *words, after=1), after=deleted)
