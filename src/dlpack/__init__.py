@@ -16,7 +16,7 @@ from dlpack._types import (
     DType,
 )
 
-__version__ = "1.0.0"
+__version__ = "1.0.0"     # the one source: pyproject.toml reads it, the matrix header shows it
 
 __all__ = [
     "DLPACK_VERSION",

@@ -188,10 +188,13 @@ cdef inline DLPackObject _new_object():
 @cython.final
 @cython.freelist(32)
 cdef class DLPackObject:
-    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``.
+    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``
+    (or ``from_address``).
 
-    It keeps its provider (``base``) alive, and its exported buffer held, until it and every
-    tensor it exported are gone.
+    Hand it to any consumer: ``numpy.from_dlpack(dl)``, ``torch.from_dlpack(dl)``,
+    ``memoryview(dl)``, ``numpy.asarray(dl)``, ``pickle.dumps(dl)``. It keeps its provider
+    (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
+    gone; read-only data stays read-only for every consumer that can say so.
     """
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
@@ -366,6 +369,7 @@ cdef class DLPackObject:
 
     @property
     def ndim(self):
+        """Number of dimensions."""
         return self.dl.ndim
 
     @property
@@ -405,9 +409,11 @@ cdef class DLPackObject:
 
     @property
     def c_contiguous(self):
+        """True when the elements are laid out in C (row-major) order without gaps."""
         return self._c_contig
 
     def __dlpack_device__(self):
+        """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
         return _device_tuple(self.dl.device)
 
     def __repr__(self):
@@ -423,7 +429,8 @@ cdef class DLPackObject:
         return iter(memoryview(self))
 
     def __reduce_ex__(self, protocol):
-        """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
+        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)

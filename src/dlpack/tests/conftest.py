@@ -28,6 +28,14 @@ def fake():
     fake_cuda.uninstall()
 
 
+def pytest_configure(config):
+    """Print why each skipped test skipped (a missing library, no GPU), however pytest is run:
+    the README's command, dlpack.tests.run(), CI."""
+    chars = config.option.reportchars
+    if "s" not in chars and "N" not in chars and "a" not in chars and "A" not in chars:
+        config.option.reportchars = chars + "s"
+
+
 def pytest_collection_finish(session):
     """Name pytest-randomly's seed even under -q, so a failing order can be replayed."""
     seed = getattr(session.config.option, "randomly_seed", None)
