@@ -36,6 +36,8 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    if name.startswith("__"):  # tools probing for dunders need not load the legacy module
+        raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
     import dlpack._legacy  # not "from dlpack import": that would ask __getattr__ again
 
     return dlpack._legacy.attribute(name)

@@ -608,7 +608,9 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
-    ``impl_cls`` is pydlpack 0.2.1's, deprecated (see docs/migration.md).
+    ``impl_cls`` is pydlpack 0.2.1's (deprecated): ``dlpack.ctypes.DLManagedTensorVersioned``
+    makes a plain ``__dlpack__()`` give a versioned capsule; consumers that pass
+    ``max_version`` choose for themselves.
     """
     cdef DLPackObject r
     cdef type t = type(obj)
