@@ -28,12 +28,14 @@ def fake():
     fake_cuda.uninstall()
 
 
+@pytest.hookimpl(trylast=True)        # after the terminal reporter exists
 def pytest_configure(config):
     """Print why each skipped test skipped (a missing library, no GPU), however pytest is run:
-    the README's command, dlpack.tests.run(), CI."""
-    chars = config.option.reportchars
-    if "s" not in chars and "N" not in chars and "a" not in chars and "A" not in chars:
-        config.option.reportchars = chars + "s"
+    the README's command, dlpack.tests.run(), CI. The terminal reporter read -r already, so
+    its own copy is the one to extend."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and "s" not in reporter.reportchars:
+        reporter.reportchars += "s"
 
 
 def pytest_collection_finish(session):
