@@ -10,8 +10,8 @@ def test_skip_reasons_are_printed(tmp_path):
     sub = tmp_path / "suite"
     sub.mkdir()
     (sub / "conftest.py").write_text("from dlpack.tests.conftest import pytest_configure\n")
-    (sub / "test_skips.py").write_text(
-        "import pytest\n\n\ndef test_needs_a_library():\n    pytest.skip('libfoo is not installed')\n")
+    (sub / "test_skips.py").write_text("import pytest\n\n\ndef test_needs_a_library():\n"
+                                       "    pytest.skip('libfoo is not installed')\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120)
