@@ -63,6 +63,13 @@ cdef inline bint _known_device(int32_t device_type) noexcept nogil:
     return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
 
 
+cdef int _unknown_device(str protocol, DLDevice dev) except -1:
+    raise BufferError(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
+                      f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
+                      f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
+                      "DLPack")
+
+
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
 cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
 cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
@@ -276,10 +283,7 @@ cdef class DLPackObject:
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype))
         if not _known_device(self.dl.device.device_type):
-            raise BufferError(f"{protocol}: field 'device' = ({self.dl.device.device_type}, "
-                              f"{self.dl.device.device_id}): {self.dl.device.device_type} is "
-                              f"not a device type DLPack {DLPACK_MAJOR}.{DLPACK_MINOR} names; "
-                              "upgrade pydlpack if the producer speaks a newer DLPack")
+            _unknown_device(protocol, self.dl.device)
         err = _element_count(n, self.dl.shape, &self._count)
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)

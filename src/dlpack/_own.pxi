@@ -8,8 +8,6 @@ cdef extern from "Python.h":
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
 
-from posix.stdlib cimport posix_memalign
-
 cdef extern from "string.h":
     int strcmp(const char *, const char *) nogil
 
@@ -82,19 +80,16 @@ cdef enum:
 
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
                                size_t *data_at) noexcept nogil:
-    """The managed struct, then shape + strides at 8 bytes, then (copies) data at DATA_ALIGN
-    bytes; a block with data comes from _data_block, so the data's address is aligned too."""
+    """The managed struct, then shape + strides at 8 bytes, then (copies) room for the data to
+    start on a DATA_ALIGN boundary: a block with data is data_at + nbytes long."""
     dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = ((dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + DATA_ALIGN - 1)
-                  & ~(<size_t>(DATA_ALIGN - 1)))
+    data_at[0] = dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + DATA_ALIGN - 1
 
 
-cdef inline char *_data_block(size_t size) noexcept nogil:
-    """A block starting on a DATA_ALIGN boundary (freed with free()), or NULL."""
-    cdef void *block = NULL
-    if posix_memalign(&block, DATA_ALIGN, size) != 0:
-        return NULL
-    return <char *>block
+cdef inline char *_data_start(char *block, size_t data_at) noexcept nogil:
+    """Where a block's data starts: the last DATA_ALIGN boundary at or before block + data_at,
+    which is past the strides (data_at has DATA_ALIGN - 1 bytes of slack)."""
+    return <char *>((<uintptr_t>block + data_at) & ~(<uintptr_t>(DATA_ALIGN - 1)))
 
 
 cdef enum Export:
@@ -124,7 +119,7 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
     if kind == EXPORT_HOST_COPY:
-        block = _data_block(data_at + nbytes)
+        block = <char *>malloc(data_at + nbytes)
     else:
         block = <char *>malloc(dims_at + 2 * <size_t>ndim * sizeof(int64_t))
     if block == NULL:
@@ -150,7 +145,7 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     else:
         _c_strides(ndim, self.dl.shape, t.strides)
     if kind == EXPORT_HOST_COPY:
-        t.data = block + data_at
+        t.data = _data_start(block, data_at)
         t.device.device_type = kDLCPU
         t.device.device_id = 0
         if _host_accessible(self.dl.device.device_type):

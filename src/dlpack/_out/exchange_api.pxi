@@ -42,7 +42,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
                   b"shape is invalid (zero bits, negative extent, or more bytes than memory "
                   b"can hold)")
         return -1
-    block = _data_block(data_at + <size_t>nbytes)
+    block = <char *>malloc(data_at + <size_t>nbytes)
     if block == NULL:
         _set_error(set_error, error_ctx, b"MemoryError", b"pydlpack: out of memory allocating a tensor")
         return -1
@@ -53,7 +53,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.deleter = _free_block
     m.flags = 0
     m.dl_tensor = proto[0]
-    m.dl_tensor.data = block + data_at
+    m.dl_tensor.data = _data_start(block, data_at)
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)
     m.dl_tensor.strides = m.dl_tensor.shape + ndim
