@@ -59,6 +59,18 @@ cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
     return (device_type == kDLCUDA or device_type == kDLCUDAHost
             or device_type == kDLCUDAManaged)
 
+cdef inline bint _known_device(int32_t device_type) noexcept nogil:
+    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
+    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
+
+
+cdef int _unknown_device(str protocol, DLDevice dev) except -1:
+    raise BufferError(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
+                      f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
+                      f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
+                      "DLPack")
+
+
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
 cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
 cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
@@ -184,10 +196,13 @@ cdef inline DLPackObject _new_object():
 @cython.final
 @cython.freelist(32)
 cdef class DLPackObject:
-    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``.
+    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``
+    (or ``from_address``).
 
-    It keeps its provider (``base``) alive, and its exported buffer held, until it and every
-    tensor it exported are gone.
+    Hand it to any consumer: ``numpy.from_dlpack(dl)``, ``torch.from_dlpack(dl)``,
+    ``memoryview(dl)``, ``numpy.asarray(dl)``, ``pickle.dumps(dl)``. It keeps its provider
+    (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
+    gone; read-only data stays read-only for every consumer that can say so.
     """
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
@@ -202,6 +217,8 @@ cdef class DLPackObject:
     cdef bint _managed_versioned
     cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
+    cdef bint _plain_versioned          # __dlpack__() without max_version gives a versioned
+                                        # capsule (0.2.1's impl_cls; docs/migration.md)
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
@@ -266,6 +283,8 @@ cdef class DLPackObject:
                                            &isz, &packed)
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype))
+        if not _known_device(self.dl.device.device_type):
+            _unknown_device(protocol, self.dl.device)
         if self.dl.device.device_type == kDLCPU:
             self.dl.device.device_id = 0    # the host is one device, whatever id a producer set
         err = _element_count(n, self.dl.shape, &self._count)
@@ -357,6 +376,7 @@ cdef class DLPackObject:
 
     @property
     def ndim(self):
+        """Number of dimensions."""
         return self.dl.ndim
 
     @property
@@ -396,9 +416,11 @@ cdef class DLPackObject:
 
     @property
     def c_contiguous(self):
+        """True when the elements are laid out in C (row-major) order without gaps."""
         return self._c_contig
 
     def __dlpack_device__(self):
+        """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
         return _device_tuple(self.dl.device)
 
     def __repr__(self):
@@ -414,7 +436,8 @@ cdef class DLPackObject:
         return iter(memoryview(self))
 
     def __reduce_ex__(self, protocol):
-        """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
+        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
@@ -447,6 +470,7 @@ include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
 include "_in/dlpack.pxi"
+include "_in/address.pxi"
 include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
@@ -473,6 +497,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._resync = src._resync
     r._base = src
     r._legacy_import = src._legacy_import
+    r._plain_versioned = src._plain_versioned
     _set_policy(r, legacy_readonly, legacy_writable)
     return r
 
@@ -655,16 +680,25 @@ cdef DLPackObject _dispatch(object obj):
                       f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False):
+def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,
+             impl_cls=None):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
+    ``impl_cls`` is pydlpack 0.2.1's (deprecated): ``dlpack.ctypes.DLManagedTensorVersioned``
+    makes a plain ``__dlpack__()`` give a versioned capsule; consumers that pass
+    ``max_version`` choose for themselves.
     """
     cdef DLPackObject r
     cdef type t = type(obj)
+    if impl_cls is not None:
+        from dlpack import _legacy
+        return _plain_kind(asdlpack(obj, allow_legacy_readonly=allow_legacy_readonly,
+                                    legacy_writable=legacy_writable),
+                           _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
@@ -684,6 +718,47 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
     else:
         r = _dispatch(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
+    return r
+
+
+cdef DLPackObject _plain_kind(DLPackObject r, bint versioned):
+    """r, or a second view of its memory, whose plain __dlpack__() gives the capsule kind asked."""
+    if r._plain_versioned != versioned:
+        r = _share(r, r._legacy_readonly, False)
+        r._plain_versioned = versioned
+    return r
+
+
+def _asdlpack_via(obj, str protocol, bint versioned=False):
+    """asdlpack through ``protocol`` alone, with the same reader and checks (pydlpack 0.2.1's
+    per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's impl_cls asked."""
+    cdef DLPackObject r
+    value = _MISSING
+    if protocol == "__dlpack__":
+        present = getattr(obj, "__dlpack__", None) is not None
+    elif protocol == "buffer protocol":
+        present = PyObject_CheckBuffer(obj)
+    elif protocol == "__array_interface__" or protocol == "__cuda_array_interface__":
+        value = getattr(obj, protocol, _MISSING)
+        present = value is not _MISSING
+    else:
+        raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
+    if not present:
+        raise TypeError(f"{protocol}: {type(obj).__module__}.{type(obj).__qualname__} object "
+                        f"does not speak it; dlpack.asdlpack(obj) tries every protocol")
+    try:
+        if protocol == "__dlpack__":
+            r = _from_dlpack_method(obj)
+        elif protocol == "buffer protocol":
+            r = _from_buffer(obj)
+        else:
+            r = _from_interface_dict(obj, value, protocol,
+                                     protocol == "__cuda_array_interface__")
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _as_refusal(protocol, e)
+    r._plain_versioned = versioned
     return r
 
 

@@ -73,11 +73,23 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
 
 # -- the export block: one allocation per exported tensor ---------------------------------------
 
+cdef enum:
+    DATA_ALIGN = 256        # data pydlpack allocates starts on this boundary (TensorFlow aborts
+                            # on data not 64-byte aligned; JAX copies it)
+
+
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
                                size_t *data_at) noexcept nogil:
-    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 64 bytes."""
+    """The managed struct, then shape + strides at 8 bytes, then (copies) room for the data to
+    start on a DATA_ALIGN boundary: a block with data is data_at + nbytes long."""
     dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+    data_at[0] = dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + DATA_ALIGN - 1
+
+
+cdef inline char *_data_start(char *block, size_t data_at) noexcept nogil:
+    """Where a block's data starts: the last DATA_ALIGN boundary at or before block + data_at,
+    which is past the strides (data_at has DATA_ALIGN - 1 bytes of slack)."""
+    return <char *>((<uintptr_t>block + data_at) & ~(<uintptr_t>(DATA_ALIGN - 1)))
 
 
 cdef enum Export:
@@ -106,7 +118,10 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
-    block = <char *>malloc(data_at + nbytes)
+    if kind == EXPORT_HOST_COPY:
+        block = <char *>malloc(data_at + nbytes)
+    else:
+        block = <char *>malloc(dims_at + 2 * <size_t>ndim * sizeof(int64_t))
     if block == NULL:
         raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
     if versioned:
@@ -130,7 +145,7 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     else:
         _c_strides(ndim, self.dl.shape, t.strides)
     if kind == EXPORT_HOST_COPY:
-        t.data = block + data_at
+        t.data = _data_start(block, data_at)
         t.device.device_type = kDLCPU
         t.device.device_id = 0
         if _host_accessible(self.dl.device.device_type):

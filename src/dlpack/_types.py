@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from functools import lru_cache
+from typing import TypeVar
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -50,6 +51,16 @@ class DLDeviceType(enum.IntEnum):
     kDLMAIA = 17
     kDLTrn = 18
 
+    @property
+    def label(self) -> str:
+        """pydlpack 0.2.1's name for the member (``"DLCPU"``); deprecated, use ``name``."""
+        return _label(self)
+
+    @classmethod
+    def from_label(cls, label: str) -> DLDeviceType:
+        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDeviceType["kDL..."]``."""
+        return _from_label(cls, label)
+
 
 class DLDataTypeCode(enum.IntEnum):
     """Type code of a ``DLDataType`` (dlpack.h, v1.3)."""
@@ -72,6 +83,38 @@ class DLDataTypeCode(enum.IntEnum):
     kDLFloat6_e2m3fn = 15
     kDLFloat6_e3m2fn = 16
     kDLFloat4_e2m1fn = 17
+
+    @property
+    def label(self) -> str:
+        """pydlpack 0.2.1's name for the member (``"DLFloat"``); deprecated, use ``name``."""
+        return _label(self)
+
+    @classmethod
+    def from_label(cls, label: str) -> DLDataTypeCode:
+        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDataTypeCode["kDL..."]``."""
+        return _from_label(cls, label)
+
+
+def _label(member: enum.IntEnum) -> str:
+    from dlpack._legacy import deprecated
+
+    deprecated(f"{type(member).__name__}.label", f"{type(member).__name__}.name ('kDL...')",
+               stacklevel=4)
+    return member.name[1:]
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _from_label(cls: type[_E], label: str) -> _E:
+    from dlpack._legacy import deprecated
+
+    deprecated(f"{cls.__name__}.from_label(label)", f"{cls.__name__}['kDL...']", stacklevel=4)
+    try:
+        return cls["k" + label]
+    except KeyError:
+        raise KeyError(f"{label!r} is not a {cls.__name__} label (0.2.1 spelled them "
+                       f"{next(iter(cls)).name[1:]!r}...)") from None
 
 
 C = DLDataTypeCode
@@ -185,6 +228,78 @@ def _name(code: int, bits: int, lanes: int) -> str:
     else:
         base = f"code{code}_{bits}"
     return base if lanes == 1 else f"{base}x{lanes}"
+
+
+class Fields(dict):  # type: ignore[type-arg]
+    """``todict``'s result: every DLPack field by name. pydlpack 0.2.1's nested
+    ``["dl_tensor"]`` layout still reads, with a DeprecationWarning (docs/migration.md)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: object) -> object:
+        if key == "dl_tensor":
+            from dlpack._legacy import dl_tensor_fields
+
+            return dl_tensor_fields(self)
+        raise KeyError(key)
+
+
+# Names of the types DLPack carries, as DType.name spells them -> (code, bits).
+_BY_NAME: dict[str, tuple[int, int]] = {
+    "bool": (C.kDLBool, 8),
+    **{f"int{b}": (C.kDLInt, b) for b in (8, 16, 32, 64)},
+    **{f"uint{b}": (C.kDLUInt, b) for b in (8, 16, 32, 64)},
+    **{f"float{b}": (C.kDLFloat, b) for b in (16, 32, 64)},
+    **{f"complex{b}": (C.kDLComplex, b) for b in (32, 64, 128)},
+    **ML_DTYPES,
+}
+
+
+def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
+    """(code, bits, lanes, flags) of a dtype a caller names: a name such as ``"float32"`` or
+    ``"float32x4"`` (4 lanes), a ``DType``, or a NumPy dtype or type (ml_dtypes' included).
+
+    Sub-byte names (``"int4"``) are packed; a NumPy sub-byte dtype is one element a byte, so it
+    comes with IS_SUBBYTE_TYPE_PADDED. Raises TypeError for other kinds of value, BufferError
+    for names DLPack has no type for.
+    """
+    if isinstance(value, DType):
+        if (value.code not in DLDataTypeCode.__members__.values() or not 0 <= value.bits < 256
+                or not 0 <= value.lanes < 65536):
+            raise BufferError(f"{protocol}: dtype = {value!r} is not a DLPack type (code "
+                              "0 to 17, bits below 256, lanes below 65536)")
+        return int(value.code), value.bits, value.lanes, 0
+    if isinstance(value, str):
+        return (*_named(protocol, value), 0)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            dt = np.dtype(value)
+        except TypeError:
+            dt = None
+        if dt is not None:
+            if dt.byteorder not in "=|" and dt.byteorder != NATIVE:
+                raise BufferError(f"{protocol}: dtype = {dt!r} is non-native byte order; "
+                                  "byte-swap the data first")
+            code, bits, lanes = _named(protocol, dt.name)
+            padded = bits < 8 and dt.itemsize == 1
+            return code, bits, lanes, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if padded else 0
+    raise TypeError(f"{protocol}: dtype = {value!r:.80} is not a type name such as 'float32', a "
+                    "dlpack.DType or a NumPy dtype")
+
+
+@lru_cache(maxsize=256)
+def _named(protocol: str, name: str) -> tuple[int, int, int]:
+    base, lanes = name, 1
+    head, x, tail = name.rpartition("x")          # "float32x4": 4 lanes of float32
+    if x and head in _BY_NAME and tail.isascii() and tail.isdigit():
+        base, lanes = head, int(tail)
+    if base in _BY_NAME and 0 < lanes < 65536:
+        code, bits = _BY_NAME[base]
+        return int(code), bits, lanes
+    raise BufferError(f"{protocol}: dtype = {name!r:.80} is not a type DLPack carries; use a "
+                      "name such as 'float32', 'int64', 'bool', 'complex64', 'bfloat16' or "
+                      "'float8_e4m3fn' (a dlpack.DType for anything else)")
 
 
 @lru_cache(maxsize=4096)

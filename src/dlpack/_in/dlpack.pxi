@@ -144,13 +144,13 @@ cdef DLPackObject _from_ctypes_pointer(object p):
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
 
-cdef dict _tensor_dict(DLTensor *t, object version, uint64_t flags, str protocol):
+cdef object _tensor_dict(DLTensor *t, object version, uint64_t flags, str protocol):
     if t.ndim < 0 or t.ndim > MAX_NDIM:
         raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
                           f"(0 to {MAX_NDIM})")
     if t.ndim > 0 and t.shape == NULL:
         raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
-    return {
+    return _types.Fields({
         "version": version,
         "flags": flags,
         "data": <uintptr_t>t.data,
@@ -161,17 +161,17 @@ cdef dict _tensor_dict(DLTensor *t, object version, uint64_t flags, str protocol
         "shape": tuple([t.shape[i] for i in range(t.ndim)]),
         "strides": None if t.strides == NULL else tuple([t.strides[i] for i in range(t.ndim)]),
         "byte_offset": t.byte_offset,
-    }
+    })
 
 
-cdef dict _capsule_dict(object capsule):
+cdef object _capsule_dict(object capsule):
     cdef DLManagedTensorVersioned *mv
     cdef DLManagedTensor *ml
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         version = (mv.version.major, mv.version.minor)
         if mv.version.major > DLPACK_MAJOR:
-            return {"version": version, "flags": mv.flags}
+            return _types.Fields({"version": version, "flags": mv.flags})
         return _tensor_dict(&mv.dl_tensor, version, mv.flags, "DLPack capsule")
     if PyCapsule_IsValid(capsule, b"dltensor"):
         ml = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")

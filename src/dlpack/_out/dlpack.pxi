@@ -7,7 +7,7 @@ from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
-    cdef bint versioned = False
+    cdef bint versioned = self._plain_versioned
     cdef void *block
     if (type(max_version) is tuple and len(<tuple>max_version) == 2
             and type((<tuple>max_version)[0]) is int and type((<tuple>max_version)[1]) is int):

@@ -53,7 +53,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.deleter = _free_block
     m.flags = 0
     m.dl_tensor = proto[0]
-    m.dl_tensor.data = block + data_at
+    m.dl_tensor.data = _data_start(block, data_at)
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)
     m.dl_tensor.strides = m.dl_tensor.shape + ndim

@@ -31,6 +31,16 @@ def fake():
     assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
 
 
+@pytest.hookimpl(trylast=True)        # after the terminal reporter exists
+def pytest_configure(config):
+    """Print why each skipped test skipped (a missing library, no GPU), however pytest is run:
+    the README's command, dlpack.tests.run(), CI. The terminal reporter read -r already, so
+    its own copy is the one to extend."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and "s" not in reporter.reportchars:
+        reporter.reportchars += "s"
+
+
 def pytest_collection_finish(session):
     """Name pytest-randomly's seed even under -q, so a failing order can be replayed."""
     seed = getattr(session.config.option, "randomly_seed", None)

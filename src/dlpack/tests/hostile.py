@@ -694,6 +694,9 @@ def _register_capsules() -> None:
         ("byte-offset-2**63", dict(byte_offset=2**63), ("'byte_offset'",)),
         ("version-2", dict(version=(2, 0)), ("'version'",)),
         ("version-max", dict(version=(2**32 - 1, 0)), ("'version'",)),
+        ("device-type-99", dict(device=(99, 0)), ("'device'", "99", "DLPack 1.3")),
+        ("device-type-5", dict(device=(5, 0)), ("'device'",)),
+        ("device-type-0", dict(device=(0, 0)), ("'device'",)),
     ]
     for name, fields, words in refused:
         add(g, name, via_capsule(**fields), buffer_error(CAP, *words, after=1), after=deleted)
@@ -1616,11 +1619,78 @@ def _register_values() -> None:
         buffer_error(AI, "'data'"))
 
 
+def _register_address() -> None:
+    """dlpack.from_address: the caller's description goes through the readers' checks."""
+    g = "address"
+    buf = bytearray(64)
+
+    def at(address=None, shape=(4,), dtype="float32", **kwargs):
+        from dlpack import from_address
+
+        base = ctypes.addressof(ctypes.c_char.from_buffer(buf)) if address is None else address
+        return lambda: summary(from_address(base, shape, dtype, owner=buf, **kwargs))
+
+    big = 2**62
+    refused = [
+        ("shape-overflow", at(shape=(big, big)), buffer_error("from_address", "'shape'",
+                                                              "overflows")),
+        ("shape-overflow-bytes", at(shape=(2**61,), dtype="float64"),
+         buffer_error("'shape'", "overflows")),
+        ("shape-negative", at(shape=(4, -1)), buffer_error("'shape'", "negative")),
+        ("shape-too-big-int", at(shape=(2**64,)), buffer_error("'shape'", "64 bits")),
+        ("shape-not-int", at(shape=(2.0,)), buffer_error("'shape'", "2.0")),
+        ("shape-not-sequence", at(shape=4), buffer_error("'shape'", "tuple")),
+        ("shape-1025-dims", at(shape=(1,) * 1025), buffer_error("'ndim'", "1025")),
+        ("strides-overflow", at(shape=(2, 2), strides=(big, 1)),
+         buffer_error("from_address", "address space")),
+        ("strides-below-zero", at(address=64, shape=(4,), strides=(-100,)),
+         buffer_error("address space")),
+        ("strides-length", at(shape=(2, 2), strides=(1,)), buffer_error("'strides'", "entries")),
+        ("strides-not-int", at(strides=("1",)), buffer_error("'strides'")),
+        ("null-nonzero", at(address=0, shape=(4,)), buffer_error("'data'", "NULL")),
+        ("address-negative", at(address=-8), buffer_error("address", "outside")),
+        ("address-too-big", at(address=2**64), buffer_error("address", "outside")),
+        ("address-str", at(address="0x10"), type_error("address", "ctypes.addressof")),
+        ("address-bool", at(address=True), type_error("address")),
+        ("address-end-of-space", at(address=2**64 - 8, shape=(4,)),
+         buffer_error("address space")),
+        ("dtype-unknown-name", at(dtype="float128"), buffer_error("dtype", "'float128'",
+                                                                  "'float32'")),
+        ("dtype-typo", at(dtype="flaot32"), buffer_error("dtype", "'flaot32'")),
+        ("dtype-empty", at(dtype=""), buffer_error("dtype")),
+        ("dtype-lanes-zero", at(dtype="float32x0"), buffer_error("dtype")),
+        ("dtype-not-a-type", at(dtype=3.5), type_error("dtype", "3.5")),
+        ("dtype-code-unknown", lambda: at(dtype=__import__("dlpack").DType(99, 8))(),
+         buffer_error("dtype", "code")),
+        ("dtype-zero-bits", lambda: at(dtype=__import__("dlpack").DType(2, 0))(),
+         buffer_error("bits=0")),
+        ("device-unknown", at(device=(99, 0)), buffer_error("device", "DLDeviceType")),
+        ("device-negative-id", at(device=(1, -1)), buffer_error("device", "ordinal")),
+        ("device-not-pair", at(device="cpu"), type_error("device")),
+    ]
+    for name, run, expect in refused:
+        add(g, name, run, expect)
+    add(g, "non-native-numpy-dtype",
+        lambda: at(dtype=__import__("numpy").dtype(SWAP + "f4"))(),
+        buffer_error("dtype", "byte order"), needs=["numpy"])
+    accepted = [
+        ("c-order", at(shape=(2, 2)), [[2, 2], [2, 1], "float32", False]),
+        ("readonly", at(readonly=True), [[4], [1], "float32", True]),
+        ("broadcast", at(shape=(3, 4), strides=(0, 1)), [[3, 4], [0, 1], "float32", False]),
+        ("zero-size-null", at(address=0, shape=(0,)), [[0], [1], "float32", False]),
+        ("null-as-none-zero-size", lambda: summary(__import__("dlpack").from_address(
+            None, (2, 0), "int8", owner=None)), [[2, 0], [1, 1], "int8", False]),
+    ]
+    for name, run, value in accepted:
+        add(g, name, run, Gives(value))
+
+
 for _register in (_register_sizes, _register_sequences, _register_typestr, _register_data,
                   _register_mappings, _register_array_struct, _register_capsules,
                   _register_buffers, _register_api, _register_objects, _register_fake_numpy,
                   _register_classes, _register_pointers, _register_export, _register_torch,
-                  _register_fallback, _register_names, _register_device_ids, _register_values):
+                  _register_fallback, _register_names, _register_device_ids, _register_values,
+                  _register_address):
     _register()
 
 GROUPS = sorted({c.group for c in CASES.values()})
