@@ -40,12 +40,13 @@ ctypedef struct CuDriver:
     CUresult (*cuMemFree)(CUdeviceptr) noexcept nogil
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) noexcept nogil
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) noexcept nogil
+    CUresult (*cuEventSynchronize)(CUevent) noexcept nogil
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuPointerGetAttributes", "cuDeviceGet",
     "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuEventCreate",
     "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2", "cuStreamSynchronize",
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2")
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuEventSynchronize")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -199,6 +200,52 @@ cdef int _cu_stream_sync(int32_t device_id, uintptr_t stream) except -1:
         rc = _cu.cuStreamSynchronize(<CUstream>stream)
         _cu_leave()
     return _cu_check(rc, "cuStreamSynchronize")
+
+
+cdef int _cu_event_wait(int32_t device_id, CUevent event, uintptr_t consumer) except -1:
+    """Queue on consumer a wait for a producer's event (an Arrow sync_event)."""
+    cdef CUresult rc
+    _cu_enter(device_id)
+    rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
+    _cu_leave()
+    return _cu_check(rc, "cuStreamWaitEvent")
+
+
+cdef int _cu_event_sync(int32_t device_id, CUevent event) except -1:
+    """Block the host (not the interpreter) until a producer's event has happened."""
+    cdef CUresult rc
+    _cu_enter(device_id)
+    with nogil:
+        rc = _cu.cuEventSynchronize(event)
+        _cu_leave()
+    return _cu_check(rc, "cuEventSynchronize")
+
+
+cdef CUevent _cu_event_record(int32_t device_id, uintptr_t stream) except? NULL:
+    """A new event recorded on stream, for a consumer to wait on (_cu_event_destroy frees it)."""
+    cdef CUevent event = NULL
+    cdef CUresult rc
+    _cu_enter(device_id)
+    try:
+        _cu_check(_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        rc = _cu.cuEventRecord(event, <CUstream>stream)
+        if rc != 0:
+            _cu.cuEventDestroy(event)
+            _cu_fail(rc, "cuEventRecord")
+    finally:
+        _cu_leave()
+    return event
+
+
+cdef void _cu_event_destroy(int32_t device_id, CUevent event,
+                            unsigned int generation) noexcept nogil:
+    """Free an event _cu_event_record made, from any thread, in its device's primary context;
+    nothing when the driver that made it is gone (tests swap drivers)."""
+    if (event != NULL and generation == _cu_generation and _cu_ready
+            and 0 <= device_id < MAX_CUDA_DEVICES
+            and _cu.cuCtxPushCurrent(_cu_contexts[device_id]) == 0):
+        _cu.cuEventDestroy(event)
+        _cu_leave()
 
 
 cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,

@@ -41,10 +41,11 @@ _SIGNATURES = {
     "cuMemFree_v2": (c_uint64,),
     "cuMemcpyDtoH_v2": (c_void_p, c_uint64, c_size_t),
     "cuMemcpyHtoD_v2": (c_uint64, c_void_p, c_size_t),
+    "cuEventSynchronize": (c_void_p,),
 }
 _NEEDS_CONTEXT = {"cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy",
                   "cuStreamSynchronize", "cuMemAlloc", "cuMemFree", "cuMemcpyDtoH",
-                  "cuMemcpyHtoD"}
+                  "cuMemcpyHtoD", "cuEventSynchronize"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_CONTEXT: b"CUDA_ERROR_INVALID_CONTEXT",
                 2: b"CUDA_ERROR_OUT_OF_MEMORY", 700: b"CUDA_ERROR_ILLEGAL_ADDRESS"}
 
@@ -138,6 +139,9 @@ class FakeDriver:
 
     def _cuStreamSynchronize(self, stream):
         return (stream,)
+
+    def _cuEventSynchronize(self, event):
+        return (event,)
 
     def _cuMemAlloc(self, out, nbytes):
         buf = ctypes.create_string_buffer(nbytes)
