@@ -558,6 +558,12 @@ cdef DLPackObject _dispatch(object obj):
         _ndarray = t
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
+    cdef int arrow = _arrow_type(t)
+    if arrow and not _type_has(t, "__dlpack__"):
+        r = _arrow_step(obj, arrow, refusals)     # Arrow first: no instance lookup of
+        arrow = 0                                 # __dlpack__ (see _type_has)
+        if r is not None:
+            return r
     try:
         has_dlpack = getattr(obj, "__dlpack__", None) is not None
     except MemoryError:
@@ -572,17 +578,8 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
-    try:
-        r = _from_arrow(obj)
-    except MemoryError:
-        raise
-    except Exception as e:
-        # The Arrow reader's refusal is the one shown, not __dlpack__'s (PyArrow's refuses
-        # nulls, bool8 and nested types with less to say); that one becomes its cause.
-        if refusals and e.__cause__ is None:
-            e.__cause__ = refusals[-1][1]
-        refusals[:] = [("Arrow PyCapsule interface", e)]
-    else:
+    if arrow:
+        r = _arrow_step(obj, arrow, refusals)
         if r is not None:
             return r
     for name, reader in _INTERFACES:

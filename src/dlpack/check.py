@@ -527,8 +527,17 @@ def load(spec: str) -> Callable[[], object]:
 
 
 def check(factory: Callable[[], object]) -> list[Result]:
-    """Every rule against the producer ``factory()`` returns (called again for bare capsules)."""
-    return Checker(factory).run()
+    """Every rule against the producer ``factory()`` returns (called again for bare capsules);
+    an Arrow producer's PyCapsule export is graded too (``dlpack.check_arrow``), and one that
+    has no ``__dlpack__`` by those rules alone."""
+    from dlpack import check_arrow
+
+    obj = factory()
+    arrow = check_arrow.speaks_arrow(obj)
+    dlpack = not arrow or hasattr(obj, "__dlpack__") or type(obj).__name__ == "PyCapsule"
+    del obj
+    return (Checker(factory).run() if dlpack else []) + (
+        check_arrow.check(factory) if arrow else [])
 
 
 def render_text(spec: str, results: list[Result]) -> str:
