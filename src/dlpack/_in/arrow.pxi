@@ -399,7 +399,12 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
     self._flags = FLAG_READ_ONLY
     if tensor is not None:
         _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
-        self._finish(protocol, STRIDES_ELEMENTS, offset, bound)
+        try:
+            self._finish(protocol, STRIDES_ELEMENTS, offset, bound)
+        except BufferError as e:
+            raise BufferError(f"{e}: the arrow.fixed_shape_tensor's permutation, applied as "
+                              "PyArrow applies it (which refuses this one too), overruns "
+                              "its rows") from None
     else:
         _arrow_dims(self, length, t, sizes, protocol)
         self._finish(protocol, STRIDES_C, offset, bound)

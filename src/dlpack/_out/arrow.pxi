@@ -249,9 +249,9 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
         return None
     if not self._c_contig:
         raise BufferError(f"{protocol}: the data (shape {self.shape}, strides {self.strides} "
-                          "elements) is not C-contiguous, and Arrow arrays are; pydlpack does "
-                          "not copy behind your back: make a contiguous copy first "
-                          "(np.ascontiguousarray(a), t.contiguous())")
+                          "elements) is strided or Fortran-ordered; Arrow arrays are "
+                          "C-contiguous and pydlpack does not copy behind your back: make a "
+                          "contiguous copy first (np.ascontiguousarray(a), t.contiguous())")
     d.length = self.dl.shape[0]
     if self.dl.ndim == 1:
         return None
