@@ -183,6 +183,25 @@ def _shim(method: str, result: Any) -> object:
     return Shim()
 
 
+def _column_of(schema: ArrowSchema, array: ArrowArray) -> tuple:
+    """(schema, array, first index, length) of the column: a one-field struct's field (a
+    record batch or query result), with the struct's offset applied, or the array itself."""
+    if schema.format == b"+s" and schema.n_children == 1 and array.n_children == 1:
+        child = array.children[0].contents
+        return (schema.children[0].contents, child, child.offset + array.offset,
+                array.length)
+    return schema, array, array.offset, array.length
+
+
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
+
+
+def _capsule(struct, name: bytes):
+    """A capsule over a struct the rule owns (no destructor: the rule releases what is left)."""
+    return _api.PyCapsule_New(ctypes.addressof(struct), name, None)
+
+
 def _zero_bits(address: int, start: int, count: int) -> int:
     bits = (ctypes.c_ubyte * ((start + count + 7) // 8)).from_address(address)
     return sum(1 for i in range(start, start + count) if not bits[i >> 3] >> (i & 7) & 1)
@@ -210,9 +229,12 @@ class ArrowChecker:
                 raise _Fail(f"{method} handed out a released {name.decode()} (release NULL)")
         return got
 
-    def column(self, obj: Any = None) -> tuple[ArrowSchema, ArrowArray, Callable[[], None]]:
-        """The schema and first array of obj's first export, and a call that releases them."""
-        method = next((m for m in self.methods if m != "__arrow_c_device_stream__"), None)
+    def column(self, obj: Any = None, method: str | None = None
+               ) -> tuple[ArrowSchema, ArrowArray, Callable[[], None]]:
+        """The schema and first array of one export of obj (by method, else the first that
+        asdlpack reads), and a call that releases whatever a consumer did not move out."""
+        method = method or next((m for m in self.methods if m != "__arrow_c_device_stream__"),
+                                None)
         if method is None:
             raise _NA("the producer exports device streams only, which asdlpack does not read")
         got = self.export(method, obj)
@@ -337,57 +359,55 @@ class ArrowChecker:
                 f"{' and the stream' if 'stream' in after else ''} released exactly once, the "
                 "viewed one after the last view")
 
-    def _layout(self, obj: Any = None) -> tuple[int, int, int]:
-        """(address of the first value, length, item size) of a primitive export."""
-        schema, array, release = self.column(obj)
-        try:
-            size = PRIMITIVE_SIZES.get(schema.format)
-            if size is None or array.n_buffers != 2 or schema.dictionary:
-                raise _NA(f"format {schema.format!r} is not a primitive type; the layout rules "
-                          "read primitive arrays")
-            return (array.buffers[1] or 0) + array.offset * size, array.length, size
-        finally:
-            release()
-
     def rule_arrow_offsets(self) -> str:
-        """buffers[1] + offset × item size is what every other export of the producer gives,
-        asdlpack's tensor included; a slice's export moves by the slice's start."""
+        """Within each export, asdlpack's tensor starts at buffers[1] + offset × item size of
+        the column and has its length; __dlpack__ agrees; a slice starts item size further."""
         from dlpack import asdlpack, todict
 
-        address, length, size = self._layout()
-        seen = [f"{length} values at {address:#x}"]
+        seen = []
+        base = None
         for method in self.methods:
-            if method.endswith("_stream__") and method != "__arrow_c_stream__":
+            if method == "__arrow_c_device_stream__":
                 continue
-            got = self.export(method)
+            schema, array, release = self.column(method=method)
             try:
-                dl = asdlpack(_shim(method, got if len(got) > 1 else got[0]))
-            except BufferError as e:
-                seen.append(f"{method}: asdlpack refuses ({str(e).split(';')[0]})")
-                continue
-            if length and (dl.data_ptr, dl.shape) != (address, (length,)):
-                raise _Fail(f"{method} read through asdlpack gives {dl.shape} at "
-                            f"{dl.data_ptr:#x}; the array struct says ({length},) at "
-                            f"{address:#x}")
+                col_schema, col, start, length = _column_of(schema, array)
+                size = PRIMITIVE_SIZES.get(col_schema.format)
+                if size is None or col.n_buffers != 2 or col_schema.dictionary:
+                    raise _NA(f"format {col_schema.format!r} is not a primitive type; the "
+                              "layout rules read primitive arrays")
+                address = (col.buffers[1] or 0) + start * size
+                try:        # the same structs, moved into asdlpack
+                    dl = asdlpack(_shim("__arrow_c_array__", (_capsule(schema, b"arrow_schema"),
+                                                              _capsule(array, b"arrow_array"))))
+                except BufferError as e:
+                    seen.append(f"{method}: {length} values at {address:#x}, asdlpack refuses "
+                                f"({str(e).split(';')[0]})")
+                    continue
+                if length and (dl.data_ptr, dl.shape) != (address, (length,)):
+                    raise _Fail(f"{method}: the column says ({length},) at {address:#x}; "
+                                f"asdlpack reads {dl.shape} at {dl.data_ptr:#x}")
+                seen.append(f"{method}: {length} values at {address:#x}")
+                base = base or (dl, size)
+            finally:
+                release()
+        if base is None:
+            return "; ".join(seen)
+        dl, size = base
         if hasattr(self.obj, "__dlpack__"):
-            try:
-                info = todict(self.obj)
-            except Exception as e:
-                seen.append(f"__dlpack__ refuses ({type(e).__name__})")
-            else:
-                if length and (info["data"] + info["byte_offset"], info["shape"]) != (
-                        address, (length,)):
-                    raise _Fail(f"__dlpack__ gives {info['shape']} at "
-                                f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
-                                f"({length},) at {address:#x}")
-                seen.append("__dlpack__ agrees")
-        if callable(getattr(self.obj, "slice", None)) and length >= 3:
-            part = self.obj.slice(1, length - 2)
-            sliced, n, _ = self._layout(part)
-            if (sliced, n) != (address + size, length - 2):
-                raise _Fail(f"slice(1, {length - 2}) exports {n} values at {sliced:#x}; "
-                            f"expected {length - 2} at {address + size:#x} (offset lost?)")
-            seen.append(f"slice(1, {length - 2}) at {sliced:#x}")
+            info = todict(self.obj)
+            if (info["data"] + info["byte_offset"], info["shape"]) != (dl.data_ptr, dl.shape):
+                raise _Fail(f"__dlpack__ gives {info['shape']} at "
+                            f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
+                            f"{dl.shape} at {dl.data_ptr:#x}")
+            seen.append("__dlpack__ agrees")
+        n = dl.shape[0]
+        if callable(getattr(self.obj, "slice", None)) and n >= 3:
+            part = asdlpack(self.obj.slice(1, n - 2))
+            if (part.data_ptr, part.shape) != (dl.data_ptr + size, (n - 2,)):
+                raise _Fail(f"slice(1, {n - 2}) reads as {part.shape} at {part.data_ptr:#x}; "
+                            f"expected ({n - 2},) at {dl.data_ptr + size:#x} (offset lost?)")
+            seen.append(f"slice(1, {n - 2}) at {part.data_ptr:#x}")
         return "; ".join(seen)
 
     def rule_arrow_nulls(self) -> str:
@@ -397,6 +417,7 @@ class ArrowChecker:
 
         schema, array, release = self.column()
         try:
+            schema, array, _, _ = _column_of(schema, array)
             if PRIMITIVE_SIZES.get(schema.format) is None or array.n_buffers < 1:
                 raise _NA(f"format {schema.format!r} is not a primitive type")
             bitmap = array.buffers[0]

@@ -188,12 +188,10 @@ cdef str _dtype_refusal(DLPackObject self):
     elif t.code == kDLComplex:
         why = ("complex; Arrow has no complex type: export the real and imaginary parts "
                "(torch.view_as_real(t), a.view(a.real.dtype))")
-    elif t.code == kDLBfloat:
-        why = "Arrow has no bfloat16: cast to float32 first"
-    elif t.code == kDLFloat:
-        why = "Arrow has no float8 or other narrow floats: cast to float16 or float32 first"
+    elif name.startswith(("float", "bfloat")):
+        why = f"Arrow has no {name}: cast to float16, float32 or float64 first"
     else:
-        why = "Arrow has no such type"
+        why = f"Arrow has no {name} type"
     return f"dtype {name}: {why}"
 
 

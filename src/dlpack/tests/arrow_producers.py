@@ -33,10 +33,34 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
-def capsule(struct_obj, name: bytes):
-    """A capsule over a ctypes struct, without a destructor (the struct stays in KEEP)."""
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+_get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_GetName", ctypes.pythonapi))
+_STRUCTS = {b"arrow_schema": ArrowSchema, b"arrow_array": ArrowArray,
+            b"arrow_array_stream": ArrowArrayStream}
+RELEASES_ON_DROP = [1]          # how many times the destructor calls release (tests break it)
+
+
+def _destroy(address: int) -> None:
+    """The PyCapsule interface's destructor: release the struct unless a consumer moved it."""
+    name = _get_name(address)
+    struct = _STRUCTS[name].from_address(_get_pointer(address, name))
+    if struct.release:
+        release = type(struct.release)(ctypes.cast(struct.release, ctypes.c_void_p).value)
+        for _ in range(RELEASES_ON_DROP[0]):
+            release(struct)
+
+
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_destroy)
+
+
+def capsule(struct_obj, name: bytes, destructor: bool = False):
+    """A capsule over a ctypes struct (kept in KEEP); with the interface's destructor if asked
+    (without, an unconsumed struct is never released)."""
     KEEP.append(struct_obj)
-    return _capsule_new(ctypes.addressof(struct_obj), name, None)
+    return _capsule_new(ctypes.addressof(struct_obj), name,
+                        ctypes.cast(_DESTRUCTOR, ctypes.c_void_p) if destructor else None)
 
 
 def metadata(pairs: dict[bytes, bytes]) -> bytes:
@@ -202,8 +226,9 @@ def _release_children(s) -> None:
 class ArrayProducer:
     """Speaks ``__arrow_c_array__`` only; its base structs count their releases."""
 
-    def __init__(self, col: Col, schema: Col | None = None) -> None:
+    def __init__(self, col: Col, schema: Col | None = None, destructor: bool = False) -> None:
         self.counted = Counted()
+        self.col, self.destructor = col, destructor
         self.schema = build_schema(schema or col)
         self.array = build_array(col)
         self.schema.release = self.counted.schema("schema")
@@ -214,6 +239,13 @@ class ArrayProducer:
         return self.counted.calls
 
     def __arrow_c_array__(self, requested_schema=None):
+        if self.destructor:         # a fresh pair of structs per call, as real producers give
+            fresh = ArrayProducer(self.col, destructor=True)
+            fresh.counted = self.counted
+            fresh.schema.release = self.counted.schema("schema")
+            fresh.array.release = self.counted.array("array")
+            return (capsule(fresh.schema, b"arrow_schema", True),
+                    capsule(fresh.array, b"arrow_array", True))
         return capsule(self.schema, b"arrow_schema"), capsule(self.array, b"arrow_array")
 
 

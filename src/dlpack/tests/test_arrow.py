@@ -601,3 +601,66 @@ def test_jax_to_polars_values():
     s = pl.Series(asdlpack(x))
     assert s.to_list() == [3.0 * i for i in range(8)]
     assert s.dtype == pl.Float32
+
+
+# -- the checker's Arrow rules (dlpack.check_arrow) ----------------------------------------------
+
+def _verdicts(factory) -> dict[str, str]:
+    from dlpack.check_arrow import check
+
+    return {r.rule: r.status for r in check(factory)}
+
+
+def _good():
+    return ap.ArrayProducer(ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f"), destructor=True)
+
+
+def test_checker_passes_a_conforming_producer():
+    from dlpack.check_arrow import RULES
+
+    got = _verdicts(_good)
+    assert list(got) == RULES and set(got.values()) == {"pass"}, got
+
+
+def test_checker_flags_leaks_and_double_releases():
+    assert _verdicts(lambda: ap.ArrayProducer(ap.primitive("f", [1, 2], b"f")))[
+        "arrow-release-unconsumed"] == "fail"                 # no destructor: a leak
+    ap.RELEASES_ON_DROP[0] = 2
+    try:
+        got = _verdicts(_good)
+    finally:
+        ap.RELEASES_ON_DROP[0] = 1
+    assert got["arrow-release-unconsumed"] == "fail"
+
+
+def test_checker_flags_a_null_count_the_bitmap_contradicts():
+    def lying():
+        col = ap.primitive("f", [1, 2, 3, 4], b"f")
+        col.buffers[0] = ap.bitmap("1011")          # one null, null_count 0
+        return ap.ArrayProducer(col, destructor=True)
+
+    assert _verdicts(lying)["arrow-nulls"] == "fail"
+
+
+def test_checker_flags_a_slice_that_loses_its_offset():
+    class Sliceable(ap.ArrayProducer):
+        def slice(self, start, length):
+            col = ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f")
+            col.buffers[1] = self.col.buffers[1]    # the same memory, offset dropped
+            col.length = length
+            return ap.ArrayProducer(col, destructor=True)
+
+    got = _verdicts(lambda: Sliceable(ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f"),
+                                      destructor=True))
+    assert got["arrow-offsets"] == "fail", got
+
+
+@pytest.mark.parametrize("factory", ["pyarrow", "pyarrow_chunked", "polars", "polars_nulls",
+                                     "nanoarrow", "arro3", "pandas", "duckdb"])
+def test_checker_real_arrow_producers(factory):
+    from dlpack import _check_factories as f
+
+    modules = {"pyarrow_chunked": "pyarrow", "polars_nulls": "polars", "arro3": "arro3.core"}
+    lib(modules.get(factory, factory))
+    got = _verdicts(getattr(f, factory))
+    assert "fail" not in got.values(), got
