@@ -26,5 +26,12 @@ def to_c(obj: object) -> int:
     return address
 
 
+def arrow_capsules(obj: object) -> tuple[object, object, object]:
+    dl = asdlpack(obj)
+    schema, data = dl.__arrow_c_array__()
+    return schema, data, dl.__arrow_c_device_stream__(None, stream=None)
+
+
 print(describe(array.array("d", [1.0, 2.0])), to_c(b"abc") != 0, dlpack.DLPACK_VERSION)
+print(len(arrow_capsules(bytearray(4))))
 memoryview(asdlpack(bytearray(4))).release()

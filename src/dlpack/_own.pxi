@@ -257,6 +257,7 @@ cdef extern from *:
 
 @cython.final
 @cython.freelist(8)
+@cython.auto_pickle(False)
 cdef class _ArrowImport:
     """An Arrow array moved in by asdlpack (and the stream it came from), released once, array
     first, when the DLPackObject holding this dies: after every view of it is gone."""

@@ -201,6 +201,8 @@ def _p_arro3(name):
 
 def _p_pandas(name):
     pd = _need("pandas")
+    if not hasattr(pd.Series, "__arrow_c_stream__"):
+        raise NotApplicable                         # pandas 2: no Arrow protocol on a Series
     return pd.Series(pd.arrays.ArrowExtensionArray(_arrow_reference(name)))
 
 

@@ -478,7 +478,8 @@ def test_nanoarrow_arro3_pandas_duckdb():
     assert asdlpack(a3.Array.from_arrow(src)).data_ptr == address
     pd = pytest.importorskip("pandas")
     s = pd.Series(pd.arrays.ArrowExtensionArray(src))
-    assert asdlpack(s).data_ptr == address
+    if hasattr(s, "__arrow_c_stream__"):       # pandas 3 (2.x Series speak no Arrow protocol)
+        assert asdlpack(s).data_ptr == address
     duckdb = pytest.importorskip("duckdb")
     rel = duckdb.sql("select (i * 2)::float as x from range(5) t(i)")
     dl = asdlpack(rel)
