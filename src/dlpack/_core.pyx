@@ -558,12 +558,14 @@ cdef DLPackObject _dispatch(object obj):
         _ndarray = t
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
-    cdef int arrow = _arrow_type(t)
-    if arrow and not _type_has(t, "__dlpack__"):
-        r = _arrow_step(obj, arrow, refusals)     # Arrow first: no instance lookup of
-        arrow = 0                                 # __dlpack__ (see _type_has)
-        if r is not None:
-            return r
+    cdef int arrow = -1                   # the Arrow methods the type has, once looked up
+    if not _type_has(t, "__dlpack__"):
+        arrow = _arrow_type(t)
+        if arrow:
+            r = _arrow_step(obj, arrow, refusals)   # Arrow first: no instance lookup of
+            arrow = 0                               # __dlpack__ (see _type_has)
+            if r is not None:
+                return r
     try:
         has_dlpack = getattr(obj, "__dlpack__", None) is not None
     except MemoryError:
@@ -578,6 +580,8 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
+    if arrow < 0:
+        arrow = _arrow_type(t)
     if arrow:
         r = _arrow_step(obj, arrow, refusals)
         if r is not None:
