@@ -559,11 +559,11 @@ cdef DLPackObject _dispatch(object obj):
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
     cdef int arrow = -1                   # the Arrow methods the type has, once looked up
-    if not _type_has(t, "__dlpack__"):
+    if not _tensor_type(t):
         arrow = _arrow_type(t)
         if arrow:
-            r = _arrow_step(obj, arrow, refusals)   # Arrow first: no instance lookup of
-            arrow = 0                               # __dlpack__ (see _type_has)
+            r = _arrow_step(obj, arrow, refusals)   # Arrow first: no instance lookups of the
+            arrow = 0                               # tensor protocols (see _type_has)
             if r is not None:
                 return r
     try:
@@ -580,12 +580,6 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
-    if arrow < 0:
-        arrow = _arrow_type(t)
-    if arrow:
-        r = _arrow_step(obj, arrow, refusals)
-        if r is not None:
-            return r
     for name, reader in _INTERFACES:
         try:
             value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
@@ -602,6 +596,12 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append((name, e))
+    if arrow < 0:
+        arrow = _arrow_type(t)
+    if arrow:
+        r = _arrow_step(obj, arrow, refusals)
+        if r is not None:
+            return r
     if PyObject_CheckBuffer(obj):
         try:
             return _from_buffer(obj)

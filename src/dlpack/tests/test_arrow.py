@@ -665,3 +665,39 @@ def test_checker_real_arrow_producers(factory):
     lib(modules.get(factory, factory))
     got = _verdicts(getattr(f, factory))
     assert "fail" not in got.values(), got
+
+
+# -- where the Arrow step sits in asdlpack's order (docs/spec.md §3) ------------------------------
+
+def test_order_dlpack_then_array_interfaces_then_arrow():
+    import array as stdlib_array
+
+    data = stdlib_array.array("d", [1.0, 2.0, 3.0, 4.0])
+    arrow = ap.ArrayProducer(ap.primitive("f", [9, 9], b"f"))
+
+    class Both:
+        """A tensor protocol on the type (as Pillow 13's images have) and an Arrow one."""
+
+        @property
+        def __array_interface__(self):
+            return {"shape": (2, 2), "typestr": "<f8", "data": data, "version": 3}
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return arrow.__arrow_c_array__()
+
+    assert asdlpack(Both()).shape == (2, 2)
+
+    class RefusingDLPack:
+        def __dlpack__(self, **kwargs):
+            raise BufferError("__dlpack__: not this one")
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return arrow.__arrow_c_array__()
+
+    assert asdlpack(RefusingDLPack()).shape == (2,)
+
+
+def test_pillow_image_keeps_its_array_interface():
+    image = lib("PIL.Image")
+    im = image.new("RGB", (4, 3))
+    assert asdlpack(im).shape == (3, 4, 3)          # not Pillow's Arrow export of pixels
