@@ -178,6 +178,35 @@ def test_cuda_export_records_an_event(fake):
     assert fake.calls == [*enter(1), ("cuEventDestroy", EVENT), *LEAVE]
 
 
+def test_cuda_device_stream_event_outlives_the_stream(fake):
+    from dlpack.tests.fake_cuda import DEVICE_PTR
+
+    class CAI:
+        def __init__(self) -> None:
+            self.__cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "version": 3,
+                                             "data": (DEVICE_PTR, False), "stream": 7}
+
+    cap = asdlpack(CAI()).__arrow_c_device_stream__()
+    st = struct_of(cap, b"arrow_device_array_stream")
+    assert st.device_type == 2
+    chunk = ArrowDeviceArray()
+    assert st.get_next(st, chunk) == 0
+    assert ctypes.c_void_p.from_address(chunk.sync_event).value == EVENT
+    _callback(st.release)(st)
+    del cap
+    gc.collect()
+    assert ("cuEventDestroy", EVENT) not in fake.calls      # the chunk still waits on it
+    _callback(chunk.array.release)(chunk.array)
+    assert ("cuEventDestroy", EVENT) in fake.calls
+
+
+def test_cuda_pinned_data_to_a_cpu_arrow_consumer_synchronises(fake):
+    dl = _cuda(kind=3, device_id=0)
+    _, array = dl.__arrow_c_array__()
+    assert struct_of(array, b"arrow_array").buffers[1] == dl.data_ptr
+    assert ("cuEventSynchronize", 0xE1) in fake.calls
+
+
 def test_cuda_round_trip_hands_the_producers_event_on(fake):
     dl = _cuda()
     _, array = dl.__arrow_c_device_array__()
