@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import CapsuleType
 
 import dlpack
 import dlpack.ctypes as dlc
@@ -39,7 +40,14 @@ def wrap_c_buffer() -> DLPackObject:
     return from_address(ctypes.addressof(buf), (2, 3), "float32", owner=buf, readonly=True)
 
 
+def arrow_capsules(obj: object) -> tuple[CapsuleType, CapsuleType, CapsuleType]:
+    dl = asdlpack(obj)
+    schema, data = dl.__arrow_c_array__()
+    return schema, data, dl.__arrow_c_device_stream__(None, stream=None)
+
+
 print(describe(array.array("d", [1.0, 2.0])), to_c(b"abc") != 0, dlpack.DLPACK_VERSION)
 print(to_numpy(b"abc").tolist(), asdlpack(b"abc").device[0].name, wrap_c_buffer().strides)
+print(len(arrow_capsules(bytearray(4))))
 with memoryview(asdlpack(bytearray(4))) as view:
     print(view.nbytes)

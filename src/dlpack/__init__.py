@@ -1,8 +1,8 @@
 """pydlpack: one zero-copy object that speaks every array-exchange protocol.
 
 ``asdlpack(obj)`` accepts DLPack (``__dlpack__`` or capsules), ``__cuda_array_interface__``,
-``__array_interface__``, ``__array_struct__``, the buffer protocol and ctypes DLPack pointers,
-and returns a ``DLPackObject`` that speaks all of them.
+``__array_interface__``, ``__array_struct__``, the Arrow PyCapsule interface, the buffer
+protocol and ctypes DLPack pointers, and returns a ``DLPackObject`` that speaks all of them.
 """
 
 from dlpack._core import DLPackObject, asdlpack, from_address, todict

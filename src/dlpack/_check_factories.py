@@ -73,6 +73,55 @@ def pyarrow() -> Any:
     return pa.array(VALUES, type=pa.float32())
 
 
+def pyarrow_chunked() -> Any:
+    """A one-chunk float32 ChunkedArray: only __arrow_c_stream__ (graded by the Arrow rules)."""
+    import pyarrow as pa
+
+    return pa.chunked_array([pyarrow()])
+
+
+def polars() -> Any:
+    """A float32 Polars Series (the Arrow PyCapsule interface only, as a stream)."""
+    import polars as pl
+
+    return pl.Series("x", VALUES, dtype=pl.Float32)
+
+
+def polars_nulls() -> Any:
+    """A Polars Series with a null: its null_count and bitmap must agree."""
+    import polars as pl
+
+    return pl.Series("x", [0.0, None, 2.0, 3.0, 4.0, 5.0], dtype=pl.Float32)
+
+
+def nanoarrow() -> Any:
+    """A float32 nanoarrow array."""
+    import nanoarrow as na
+
+    return na.c_array(VALUES, na.float32())
+
+
+def arro3() -> Any:
+    """A float32 arro3 Array."""
+    import arro3.core as a3
+
+    return a3.Array.from_arrow(pyarrow())
+
+
+def pandas() -> Any:
+    """A pandas Series of float32[pyarrow]."""
+    import pandas as pd
+
+    return pd.Series(VALUES, dtype="float32[pyarrow]")
+
+
+def duckdb() -> Any:
+    """A one-column DuckDB query result."""
+    import duckdb as db
+
+    return db.sql("select (i::float) as x from range(6) t(i)")
+
+
 def tvm_ffi() -> Any:
     """A tvm-ffi Tensor over a NumPy array."""
     import tvm_ffi as tf

@@ -12,7 +12,7 @@ from cpython.pycapsule cimport (
 from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Occurred
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
-from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
@@ -226,6 +226,7 @@ cdef class DLPackObject:
     cdef uintptr_t _stream              # CUDA: stream the producer's work is on (0: no sync)
     cdef DLPackExchangeAPI *_work_api   # or the producer's API, asked for its current stream
     cdef object _resync                 # or the device __dlpack__ provider to re-ask
+    cdef void *_event                   # or an Arrow producer's sync_event (a CUevent)
     cdef object _shape_t
     cdef object __weakref__
 
@@ -462,6 +463,31 @@ cdef class DLPackObject:
         """The CUDA array interface (v3), with the stream consumers must wait on."""
         return _cuda_array_interface(self)
 
+    # The Arrow PyCapsule interface (docs/spec.md §13): zero-copy, the structs hold self.
+
+    def __arrow_c_schema__(self):
+        """The Arrow type of the data, as an "arrow_schema" capsule."""
+        return _arrow_schema_export(self)
+
+    def __arrow_c_array__(self, requested_schema=None):
+        """CPU data as ("arrow_schema", "arrow_array") capsules; no casts."""
+        return _arrow_array_export(self, requested_schema, None, False, "__arrow_c_array__")
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        """CPU data as an "arrow_array_stream" capsule of one chunk."""
+        return _arrow_stream_export(self, requested_schema, None, False, "__arrow_c_stream__")
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        """Data on any device as ("arrow_schema", "arrow_device_array") capsules; CUDA data
+        carries an event recorded on the producer's stream as its sync_event."""
+        return _arrow_array_export(self, requested_schema, kwargs, True,
+                                   "__arrow_c_device_array__")
+
+    def __arrow_c_device_stream__(self, requested_schema=None, **kwargs):
+        """Data on any device as an "arrow_device_array_stream" capsule of one chunk."""
+        return _arrow_stream_export(self, requested_schema, kwargs, True,
+                                    "__arrow_c_device_stream__")
+
 
 include "_own.pxi"
 include "_cuda.pxi"
@@ -471,11 +497,13 @@ include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
 include "_in/dlpack.pxi"
 include "_in/address.pxi"
+include "_in/arrow.pxi"
 include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
 include "_out/exchange_api.pxi"
 include "_out/pickle.pxi"
+include "_out/arrow.pxi"
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
@@ -495,6 +523,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._stream = src._stream
     r._work_api = src._work_api
     r._resync = src._resync
+    r._event = src._event
     r._base = src
     r._legacy_import = src._legacy_import
     r._plain_versioned = src._plain_versioned
@@ -530,7 +559,8 @@ cdef bint _is_numpy_ndarray(type t):
 cdef tuple _PROTOCOL_NAMES = (
     "__dlpack__", "DLPack capsule", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
     "__array_interface__", "__array_struct__", "buffer protocol", "ctypes pointer",
-    "CUDA driver", "asdlpack")
+    "CUDA driver", "asdlpack", "__arrow_c_device_array__", "__arrow_c_array__",
+    "__arrow_c_stream__")
 
 
 cdef BaseException _as_refusal(str protocol, BaseException e):
@@ -618,6 +648,15 @@ cdef DLPackObject _dispatch(object obj):
         _ndarray = t
     if PyCapsule_CheckExact(obj):
         return _from_capsule(obj, obj)
+    cdef int arrow = -1                   # the Arrow methods the type has, once looked up
+    if not _tensor_type(t):
+        arrow = _arrow_type(t)
+        if arrow:
+            r = _arrow_step(obj, arrow, refusals)   # Arrow first: no instance lookups of the
+            arrow = 0                               # tensor protocols (see _type_has)
+            if r is not None:
+                return r
+            claims = _note(claims, "Arrow PyCapsule interface", None)
     try:
         has_dlpack = getattr(obj, "__dlpack__", None) is not None
     except MemoryError:
@@ -655,6 +694,15 @@ cdef DLPackObject _dispatch(object obj):
         except Exception as e:
             refusals.append((name, e))
             claims = _note(claims, name, _claim(value))
+    if arrow < 0:
+        arrow = _arrow_type(t)
+    if arrow:
+        r = _arrow_step(obj, arrow, refusals)
+        if r is not None:
+            if claims is not None:
+                _agrees(r, "Arrow PyCapsule interface", claims, obj)
+            return r
+        claims = _note(claims, "Arrow PyCapsule interface", None)
     if PyObject_CheckBuffer(obj):
         try:
             r = _from_buffer(obj)
@@ -671,8 +719,8 @@ cdef DLPackObject _dispatch(object obj):
         raise TypeError(
             f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
             "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
-            "__array_interface__, __array_struct__, the buffer protocol, a DLPack capsule or "
-            "a ctypes pointer to a DLPack struct)")
+            "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
+            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)")
     if len(refusals) == 1:
         raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])

@@ -73,6 +73,7 @@ ctypedef struct CuDriver:
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) noexcept nogil        # blocks
     CUresult (*cuMemcpy2D)(const CUDA_MEMCPY2D *) noexcept nogil                      # blocks
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) noexcept nogil
+    CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
@@ -80,7 +81,7 @@ cdef tuple _CU_SYMBOLS = (
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx", "cuEventCreate",
     "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2", "cuStreamSynchronize",
     "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy2D_v2",
-    "cuMemcpyDtoDAsync_v2")
+    "cuMemcpyDtoDAsync_v2", "cuEventSynchronize")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -332,6 +333,57 @@ cdef int _cu_stream_sync(int32_t device_id, uintptr_t stream) except -1:
         rc = _cu.cuStreamSynchronize(<CUstream>stream)
         _cu_leave()
     return _cu_check(rc, "cuStreamSynchronize")
+
+
+cdef int _cu_event_wait(int32_t device_id, CUevent event, uintptr_t consumer) except -1:
+    """Queue on consumer a wait for a producer's event (an Arrow sync_event), in the consumer
+    stream's own context (a stream may wait on an event of another context)."""
+    cdef CUresult rc
+    _cu_push(_cu_stream_context(device_id, consumer))
+    rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
+    _cu_leave()
+    return _cu_check(rc, "cuStreamWaitEvent")
+
+
+cdef int _cu_event_sync(int32_t device_id, CUevent event) except -1:
+    """Block the host (not the interpreter) until a producer's event has happened."""
+    cdef CUresult rc
+    _cu_enter(device_id)
+    with nogil:
+        rc = _cu.cuEventSynchronize(event)
+        _cu_leave()
+    return _cu_check(rc, "cuEventSynchronize")
+
+
+cdef CUevent _cu_event_record(int32_t device_id, uintptr_t stream,
+                              CUcontext *context) except? NULL:
+    """A new event recorded on stream, for a consumer to wait on; made in the stream's own
+    context (where libcuda lets it be recorded), which is stored in context for
+    _cu_event_destroy."""
+    cdef CUevent event = NULL
+    cdef CUresult rc
+    cdef CUcontext ctx = _cu_stream_context(device_id, stream)
+    _cu_push(ctx)
+    try:
+        _cu_check(_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        rc = _cu.cuEventRecord(event, <CUstream>stream)
+        if rc != 0:
+            _cu.cuEventDestroy(event)
+            _cu_fail(rc, "cuEventRecord")
+    finally:
+        _cu_leave()
+    context[0] = ctx
+    return event
+
+
+cdef void _cu_event_destroy(CUcontext context, CUevent event,
+                            unsigned int generation) noexcept nogil:
+    """Free an event _cu_event_record made, from any thread, in the context it was made in;
+    nothing when the driver that made it is gone (tests swap drivers)."""
+    if (event != NULL and generation == _cu_generation and _cu_ready
+            and _cu.cuCtxPushCurrent(context) == 0):
+        _cu.cuEventDestroy(event)
+        _cu_leave()
 
 
 cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,

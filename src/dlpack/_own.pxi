@@ -261,3 +261,152 @@ cdef void _capsule_destructor(object capsule) noexcept:
         if m != NULL:
             _delete_managed(m, False)
     PyErr_Restore(et, ev, tb)
+
+
+# -- Arrow structs (docs/spec.md §13): the ones asdlpack moved in, and the ones we export --------
+
+cdef extern from *:
+    """
+    static inline int64_t dlpk_ref_add(int64_t *p, int64_t d) {
+        return __atomic_add_fetch(p, d, __ATOMIC_ACQ_REL);
+    }
+    """
+    int64_t _ref_add "dlpk_ref_add"(int64_t *p, int64_t d) noexcept nogil
+
+
+@cython.final
+@cython.freelist(8)
+@cython.auto_pickle(False)
+cdef class _ArrowImport:
+    """An Arrow array moved in by asdlpack (and the stream it came from), released once, array
+    first, when the DLPackObject holding this dies: after every view of it is gone."""
+    cdef ArrowDeviceArray device        # device.array.release NULL: no array held
+    cdef ArrowArrayStream stream        # release NULL: no stream held
+
+    def __dealloc__(self):
+        cdef ArrowArray *a = &self.device.array
+        cdef ArrowArrayStream *s = &self.stream
+        if a.release != NULL:
+            a.release(a)
+            a.release = NULL
+        if s.release != NULL:
+            s.release(s)
+            s.release = NULL
+
+
+ctypedef struct _ArrowAnchor:
+    int64_t refs                # exported structs still holding it (atomic)
+    PyObject *owner             # the DLPackObject, one reference for all of them
+    void *event                 # the CUevent sync_event points at, or NULL
+    bint own_event              # recorded by us: destroyed with the anchor
+    void *context               # the CUDA context it was recorded in
+    unsigned int generation     # the CUDA driver that recorded it
+
+
+cdef _ArrowAnchor *_anchor_new(object owner) except NULL:
+    """A holder of one reference to owner for the structs of one export (refs = 1: the
+    caller's, handed to the first struct or dropped)."""
+    cdef _ArrowAnchor *a = <_ArrowAnchor *>calloc(1, sizeof(_ArrowAnchor))
+    if a == NULL:
+        raise MemoryError()
+    Py_INCREF(owner)
+    a.owner = <PyObject *>owner
+    a.refs = 1
+    return a
+
+
+cdef inline void _anchor_hold(_ArrowAnchor *a) noexcept nogil:
+    _ref_add(&a.refs, 1)
+
+
+cdef void _anchor_drop(_ArrowAnchor *a) noexcept nogil:
+    """Drop one hold; the last destroys our event and releases the DLPackObject (any thread,
+    with or without the GIL; after shutdown the reference is left, as _drop_context does)."""
+    if _ref_add(&a.refs, -1) != 0:
+        return
+    if a.own_event:
+        _cu_event_destroy(a.context, a.event, a.generation)
+    _drop_context(a.owner)
+    free(a)
+
+
+# What one exported ArrowArray owns: its buffer and child pointer arrays, and the storage of
+# its child struct (a consumer may move the child out and release the parent).
+ctypedef struct _ArrowNode:
+    _ArrowAnchor *anchor
+    int64_t n_children
+    const void *buffers[2]
+    ArrowArray *children[1]
+    ArrowArray child
+
+
+cdef void _arrow_array_release(ArrowArray *a) noexcept nogil:
+    """Release callback of our ArrowArrays: children first, then our hold; idempotent."""
+    cdef _ArrowNode *node
+    cdef ArrowArray *c
+    if a == NULL or a.release == NULL:
+        return
+    node = <_ArrowNode *>a.private_data
+    a.release = NULL
+    if node.n_children:
+        c = node.children[0]
+        if c.release != NULL:
+            c.release(c)
+    _anchor_drop(node.anchor)
+    free(node)
+
+
+# What one exported ArrowSchema owns: its child pointer array, the child's storage and its
+# format; its metadata follows the node in the same allocation.
+ctypedef struct _SchemaNode:
+    int64_t n_children
+    ArrowSchema *children[1]
+    ArrowSchema child
+    char format[24]
+
+
+cdef void _arrow_schema_release(ArrowSchema *s) noexcept nogil:
+    """Release callback of our ArrowSchemas: children first; idempotent."""
+    cdef _SchemaNode *node
+    cdef ArrowSchema *c
+    if s == NULL or s.release == NULL:
+        return
+    node = <_SchemaNode *>s.private_data
+    s.release = NULL
+    if node.n_children:
+        c = node.children[0]
+        if c.release != NULL:
+            c.release(c)
+    free(node)
+
+
+cdef void _arrow_capsule_destructor(object capsule) noexcept:
+    """Free the base struct of one of our Arrow capsules, releasing it first if no consumer
+    moved it out (the PyCapsule interface's rule)."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    cdef const char *name = PyCapsule_GetName(capsule)
+    cdef void *p
+    if name == NULL:
+        return
+    PyErr_Fetch(&et, &ev, &tb)
+    p = PyCapsule_GetPointer(capsule, name)
+    if p != NULL:
+        if strcmp(name, b"arrow_schema") == 0:
+            if (<ArrowSchema *>p).release != NULL:
+                (<ArrowSchema *>p).release(<ArrowSchema *>p)
+        elif strcmp(name, b"arrow_array") == 0:
+            if (<ArrowArray *>p).release != NULL:
+                (<ArrowArray *>p).release(<ArrowArray *>p)
+        elif strcmp(name, b"arrow_device_array") == 0:
+            if (<ArrowDeviceArray *>p).array.release != NULL:
+                (<ArrowDeviceArray *>p).array.release(&(<ArrowDeviceArray *>p).array)
+        elif strcmp(name, b"arrow_array_stream") == 0:
+            if (<ArrowArrayStream *>p).release != NULL:
+                (<ArrowArrayStream *>p).release(<ArrowArrayStream *>p)
+        elif strcmp(name, b"arrow_device_array_stream") == 0:
+            if (<ArrowDeviceArrayStream *>p).release != NULL:
+                (<ArrowDeviceArrayStream *>p).release(<ArrowDeviceArrayStream *>p)
+        free(p)
+    PyErr_Restore(et, ev, tb)

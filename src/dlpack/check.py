@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 import dlpack.ctypes as dlc
+from dlpack import check_arrow
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -237,6 +238,7 @@ class Subject:
         self.refusal: str | None = None     # what __dlpack__ raised on a plain request
         self.legacy_refusal: BufferError | None = None
         self._alive: list = []       # capsules whose structs a rule is still reading
+        self.arrow: Any = None       # the Arrow rules' checker (dlpack.check_arrow), made once
 
     def state(self) -> dict:
         """What later rules need from basic-export, for a child that resumes after a crash."""
@@ -362,6 +364,9 @@ def rule(name: str, *, needs_export: bool = True):
 def basic_export(s: Subject) -> str:
     """A plain request gives a fresh capsule of its own holding a readable, plausible tensor."""
     if not s.bare and not hasattr(s.obj, "__dlpack__"):
+        if check_arrow.speaks_arrow(s.obj):
+            raise _NA(f"FACTORY() returned {_what(s.obj)}, an Arrow producer without "
+                      "__dlpack__: the arrow-* rules grade it")
         raise _Fail(f"FACTORY() returned {_what(s.obj)}: no __dlpack__ and not a capsule, so "
                     "not a DLPack producer")
     if s.bare:
@@ -753,13 +758,37 @@ def exchange_api(s: Subject) -> str:
             "READ_ONLY as __dlpack__")
 
 
+def _arrow_rule(name: str) -> Callable[[Subject], str]:
+    """An Arrow rule of dlpack.check_arrow, graded here like every other rule."""
+    def grade_arrow(s: Subject) -> str:
+        if s.arrow is None:
+            if s.bare or not check_arrow.speaks_arrow(s.obj):
+                raise _NA("the producer speaks no Arrow PyCapsule interface")
+            s.arrow = check_arrow.ArrowChecker(s.factory)
+        try:
+            return getattr(s.arrow, "rule_" + name.replace("-", "_"))()
+        except check_arrow.Fail as e:
+            raise _Fail(str(e)) from None
+        except check_arrow.NA as e:
+            raise _NA(str(e)) from None
+        finally:
+            gc.collect()
+    method = getattr(check_arrow.ArrowChecker, "rule_" + name.replace("-", "_"))
+    grade_arrow.__doc__ = method.__doc__
+    return grade_arrow
+
+
+for _name in check_arrow.RULES:
+    rule(_name, needs_export=False)(_arrow_rule(_name))
+
+
 # -- running the rules ---------------------------------------------------------------------------
 
 def grade(s: Subject, name: str) -> Result:
     """One rule's result; a rule that raises unexpectedly fails with what it raised."""
     r = REGISTRY[name]
     if r.needs_export and not s.usable:
-        return Result(name, "n/a", "not graded: basic-export failed")
+        return Result(name, "n/a", "not graded: basic-export did not pass")
     try:
         status, evidence = "pass", r.grade(s)
     except _Fail as e:

@@ -196,6 +196,50 @@ def _p_pyarrow(name):
     return pa.array(_reference(name))
 
 
+_NO_ARROW_TYPE = ("bfloat16", "float8_e4m3fn", "float8_e5m2", "complex64", "complex128")
+
+
+def _arrow_reference(name):
+    """The 6 values as a PyArrow array (its bool is bit-packed, as every Arrow library's is)."""
+    pa = _need("pyarrow")
+    if name in _NO_ARROW_TYPE:
+        raise NotApplicable
+    return pa.array(_reference(name))
+
+
+def _p_pyarrow_chunked(name):
+    pa = _need("pyarrow")
+    empty = _arrow_reference(name)[:0]
+    return pa.chunked_array([empty, _arrow_reference(name), empty])    # __arrow_c_stream__
+
+
+def _p_polars(name):
+    return _need("polars").Series("x", _arrow_reference(name))
+
+
+def _p_nanoarrow(name):
+    return _need("nanoarrow").c_array(_arrow_reference(name))
+
+
+def _p_arro3(name):
+    return _need("arro3.core").Array.from_arrow(_arrow_reference(name))
+
+
+def _p_pandas(name):
+    pd = _need("pandas")
+    if not hasattr(pd.Series, "__arrow_c_stream__"):
+        raise NotApplicable                         # pandas 2: no Arrow protocol on a Series
+    return pd.Series(pd.arrays.ArrowExtensionArray(_arrow_reference(name)))
+
+
+def _p_duckdb(name):
+    duckdb = _need("duckdb")
+    if name == "float16":
+        raise NotApplicable                         # DuckDB has no half floats
+    table = _need("pyarrow").table({"x": _arrow_reference(name)})
+    return duckdb.from_arrow(table).select("x")     # a one-column query result
+
+
 def _p_pillow(name):
     image = _need("PIL.Image")
     if name != "uint8":
@@ -229,6 +273,12 @@ PROVIDERS: dict[str, tuple[str, Callable, str]] = {
     "jax.gpu": ("jax", _p_jax_gpu, "cuda"),
     "tensorflow": ("tensorflow", _p_tensorflow, "cpu"),
     "pyarrow": ("pyarrow", _p_pyarrow, "cpu"),
+    "pyarrow.chunked": ("pyarrow", _p_pyarrow_chunked, "cpu"),
+    "polars": ("polars", _p_polars, "cpu"),
+    "nanoarrow": ("nanoarrow", _p_nanoarrow, "cpu"),
+    "arro3": ("arro3.core", _p_arro3, "cpu"),
+    "pandas": ("pandas", _p_pandas, "cpu"),
+    "duckdb": ("duckdb", _p_duckdb, "cpu"),
     "pillow": ("PIL", _p_pillow, "cpu"),
     "torch.cuda": ("torch", _p_torch_cuda, "cuda"),
     "cupy": ("cupy", _p_cupy, "cuda"),
@@ -270,6 +320,22 @@ def _c_tvm_ffi(dl):
     return _need("tvm_ffi").from_dlpack(dl)
 
 
+def _c_pyarrow(dl):
+    return _need("pyarrow").array(dl)
+
+
+def _c_polars(dl):
+    return _need("polars").Series(dl)
+
+
+def _c_nanoarrow(dl):
+    return _need("nanoarrow").Array(dl)
+
+
+def _c_arro3(dl):
+    return _need("arro3.core").Array.from_arrow(dl)
+
+
 def _c_cupy(dl):
     return _need("cupy").from_dlpack(dl)
 
@@ -288,6 +354,10 @@ CONSUMERS: dict[str, tuple[str, Callable, str]] = {
     "array_api_strict": ("array_api_strict", _c_array_api_strict, "cpu"),
     "memoryview": ("builtins", _c_memoryview, "cpu"),
     "tvm_ffi": ("tvm_ffi", _c_tvm_ffi, "cpu"),
+    "pyarrow": ("pyarrow", _c_pyarrow, "cpu"),
+    "polars": ("polars", _c_polars, "cpu"),
+    "nanoarrow": ("nanoarrow", _c_nanoarrow, "cpu"),
+    "arro3": ("arro3.core", _c_arro3, "cpu"),
     "torch.cuda": ("torch", _c_torch, "cuda"),
     "cupy": ("cupy", _c_cupy, "cuda"),
     "numba": ("numba", _c_numba, "cuda"),
@@ -314,6 +384,8 @@ def _writable(result) -> tuple[bool | None, str]:
         return True, "torch has no read-only tensors"
     if top in ("jax", "jaxlib", "tensorflow"):
         return False, f"{top} arrays are immutable"
+    if top in ("pyarrow", "polars", "nanoarrow", "arro3"):
+        return False, "Arrow memory is immutable by contract"
     if top == "array_api_strict":
         return bool(result._array.flags.writeable), "its NumPy array's flags.writeable"
     try:
@@ -504,6 +576,11 @@ LIBRARIES = {       # header label -> (module, distribution names to try)
     "jaxlib": ("jaxlib", ["jaxlib"]),
     "tensorflow": ("tensorflow", ["tensorflow", "tensorflow-cpu"]),
     "pyarrow": ("pyarrow", ["pyarrow"]),
+    "polars": ("polars", ["polars"]),
+    "nanoarrow": ("nanoarrow", ["nanoarrow"]),
+    "arro3": ("arro3.core", ["arro3-core"]),
+    "pandas": ("pandas", ["pandas"]),
+    "duckdb": ("duckdb", ["duckdb"]),
     "pillow": ("PIL", ["pillow"]),
     "ml_dtypes": ("ml_dtypes", ["ml_dtypes"]),
     "array_api_strict": ("array_api_strict", ["array-api-strict"]),

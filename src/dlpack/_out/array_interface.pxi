@@ -32,7 +32,9 @@ cdef dict _cuda_array_interface(DLPackObject self):
     cdef uintptr_t producer
     d = _interface(self)
     d["stream"] = None
-    if self._resync is not None:
+    if self._event != NULL:     # an Arrow sync_event names no stream: the host waits for it
+        _cu_event_sync(self.dl.device.device_id, self._event)
+    elif self._resync is not None:
         d["stream"] = _resync_stream(self)
     elif _producer_stream(self, &producer) and not (self._work_api != NULL
                                                     and producer == CU_STREAM_LEGACY):

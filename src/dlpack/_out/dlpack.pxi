@@ -185,6 +185,14 @@ cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
     reader a synchronize, on the producer's stream.
     """
     cdef uintptr_t producer, consumer
+    if self._event != NULL:             # an Arrow producer's sync_event (docs/spec.md §13)
+        if host_reads:
+            if stream is not None:
+                _consumer_stream(stream, &consumer)
+            return _cu_event_sync(self.dl.device.device_id, self._event)
+        if _consumer_stream(stream, &consumer):
+            _cu_event_wait(self.dl.device.device_id, self._event, consumer)
+        return 0
     if host_reads:
         if stream is not None:
             _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says

@@ -106,13 +106,14 @@ _SIGNATURES = {
     "cuMemcpyHtoD_v2": (c_uint64, c_void_p, c_size_t),
     "cuMemcpy2D_v2": (POINTER(CUDA_MEMCPY2D),),
     "cuMemcpyDtoDAsync_v2": (c_uint64, c_uint64, c_size_t, c_void_p),
+    "cuEventSynchronize": (c_void_p,),
 }
 _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
                   "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
-                  "cuMemcpyDtoDAsync"}
+                  "cuMemcpyDtoDAsync", "cuEventSynchronize"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
-            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D"}
+            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -619,6 +620,13 @@ class FakeDriver:
         self._sync(self._resolve(stream), "cuStreamSynchronize")
         return (stream,)
 
+    def _cuEventSynchronize(self, event):
+        """The host waits for the work before the event's record (none if never recorded)."""
+        e = self._event(event)
+        if e.op is not None:
+            self._complete(e.op, "cuEventSynchronize")
+        return (event,)
+
     def _cuMemAlloc(self, out, nbytes):
         if nbytes == 0:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
@@ -756,6 +764,24 @@ class FakeDriver:
             data = bytes(data)
             self._enqueue(self._stream(stream, device), lambda: self._put(ptr, data),
                           f"kernel {ptr:#x}")
+
+    def record(self, stream, device=0):
+        """An event recorded on stream now, in the stream's context (a producer's, such as an
+        Arrow sync_event); handles from 0xE100, apart from the ones pydlpack makes."""
+        with self._cond:
+            s = self._stream(stream, device)
+            handle = 0xE100
+            while handle in self.events:
+                handle += 1
+            e = self.events[handle] = Event(handle, s.ctx)
+            e.op = self._enqueue(s, None, f"record {handle:#x}")
+        return handle
+
+    def wait_event(self, stream, event, device=0):
+        """Queue on stream a wait for an event (a consumer honouring a sync_event)."""
+        with self._cond:
+            self._enqueue(self._stream(stream, device), None, f"wait {event:#x}",
+                          deps=[self.events[event].op])
 
     def consume(self, stream, ptr, nbytes, device=0):
         """Queue a read of nbytes at ptr on stream (a consumer's kernel); its Result fills in

@@ -1685,12 +1685,503 @@ def _register_address() -> None:
         add(g, name, run, Gives(value))
 
 
+# -- Arrow PyCapsule interface (docs/spec.md §13): structs built with ctypes ----------------------
+
+ARROW_IN = ("__arrow_c_array__", "__arrow_c_device_array__", "__arrow_c_stream__",
+            "Arrow PyCapsule interface")
+
+
+def _ap():
+    from dlpack.tests import arrow_producers
+
+    return arrow_producers
+
+
+def via_arrow(make, kind="array", **producer):
+    """asdlpack of a ctypes Arrow producer of make(arrow_producers) (a Col, or for streams a
+    (schema Col, chunk Cols) pair), summarised."""
+    def run():
+        ap = _ap()
+        made = make(ap)
+        if kind == "stream":
+            obj = ap.StreamProducer(made[0], made[1], **producer)
+        elif kind == "device":
+            obj = ap.DeviceProducer(made, **producer)
+        else:
+            obj = ap.ArrayProducer(made, **producer)
+        return summary(asdlpack(obj))
+    return run
+
+
+def _f32(ap, items=(1.0, 2.0, 3.0, 4.0), **fields):
+    """A float32 column of items, then any field overridden."""
+    col = ap.primitive("f", list(items), b"f")
+    for k, v in fields.items():
+        setattr(col, k, v)
+    return col
+
+
+def _fsl(ap, size, child, **fields):
+    return ap.Col(b"+w:%d" % size, fields.pop("length", child.length // max(size, 1)),
+                  buffers=[None], children=[child], **fields)
+
+
+def _returns(method: str, make):
+    def run():
+        cls = type("Producer", (), {method: lambda self, *a, **k: make(_ap())})
+        return summary(asdlpack(cls()))
+    return run
+
+
+def _register_arrow() -> None:
+    g = "arrow"
+    types = [
+        ("null", b"n", ("null type",)), ("bool", b"b", ("pc.cast", "bool8")),
+        ("utf8", b"u", ("string",)), ("large-utf8", b"U", ("string",)),
+        ("utf8-view", b"vu", ("string",)), ("binary", b"z", ("binary",)),
+        ("large-binary", b"Z", ("binary",)), ("binary-view", b"vz", ("binary",)),
+        ("fixed-binary", b"w:16", ("fixed_size_list<uint8>",)),
+        ("decimal", b"d:10,2", ("decimal", "float64")), ("date32", b"tdD", ("int32",)),
+        ("time32", b"tts", ("int32",)), ("timestamp", b"tsu:UTC", ("time", "int64")),
+        ("duration", b"tDn", ("int64",)), ("interval", b"tiM", ("interval",)),
+        ("list", b"+l", ("variable-size list", "fixed-size")),
+        ("large-list", b"+L", ("variable-size list",)), ("list-view", b"+vl", ("list",)),
+        ("map", b"+m", ("map",)), ("dense-union", b"+ud:0,1", ("union",)),
+        ("sparse-union", b"+us:0", ("union",)), ("run-end", b"+r", ("run_end_decode",)),
+        ("unknown", b"x", ("does not know",)), ("two-chars", b"ff", ("does not know",)),
+        ("empty", b"", ("does not know",)),
+    ]
+    for name, fmt, words in types:
+        add(g, f"type-{name}", via_arrow(lambda ap, f=fmt: ap.Col(f, 1, buffers=[None, None])),
+            buffer_error("'format'", repr(fmt.decode()), *words))
+    add(g, "type-nested-struct", via_arrow(lambda ap: _fsl(ap, 1, ap.Col(
+        b"+s", 1, buffers=[None], children=[_f32(ap, [1.0])]))),
+        buffer_error("'+s'", "struct", "field"))
+    add(g, "type-fsl-of-strings", via_arrow(lambda ap: _fsl(ap, 2, ap.Col(
+        b"u", 4, buffers=[None, None, None]))), buffer_error("'u'", "depth 1", "string"))
+    add(g, "dictionary", via_arrow(lambda ap: _f32(ap, dictionary=True)),
+        buffer_error("dictionary", "indices"))
+    add(g, "format-null", via_arrow(lambda ap: _f32(ap, format=None)),
+        buffer_error("'format'", "NULL"))
+    for name, fmt in [("letters", b"+w:abc"), ("empty", b"+w:"), ("huge", b"+w:99999999999"),
+                      ("negative", b"+w:-3")]:
+        add(g, f"list-size-{name}", via_arrow(lambda ap, f=fmt: ap.Col(
+            f, 1, buffers=[None], children=[_f32(ap)])), buffer_error("int32"))
+    add(g, "fsl-no-children", via_arrow(lambda ap: ap.Col(b"+w:2", 1, buffers=[None])),
+        buffer_error("fixed-size list", "n_children = 0"))
+    add(g, "fsl-two-children", via_arrow(lambda ap: ap.Col(
+        b"+w:2", 1, buffers=[None], children=[_f32(ap), _f32(ap)])),
+        buffer_error("n_children = 2"))
+
+    # record batches / structs
+    add(g, "struct-two-fields", via_arrow(lambda ap: ap.Col(
+        b"+s", 4, buffers=[None], children=[_f32(ap, name=b"a"), _f32(ap, name=b"b")])),
+        buffer_error("2", "'a', 'b'", "select"))
+    add(g, "struct-no-fields", via_arrow(lambda ap: ap.Col(b"+s", 0, buffers=[None])),
+        buffer_error("0 fields", "one column"))
+    add(g, "struct-one-field", via_arrow(lambda ap: ap.Col(
+        b"+s", 2, offset=1, buffers=[None], children=[_f32(ap, offset=1, length=3)])),
+        Gives([[2], [1], "float32", True]))
+    add(g, "struct-null-row", via_arrow(lambda ap: ap.Col(
+        b"+s", 3, null_count=-1, buffers=[ap.bitmap("101")], children=[_f32(ap)])),
+        buffer_error("null", "fill_null"))
+
+    # extension types
+    ext = [
+        ("unknown", lambda ap: _f32(ap, metadata=ap.extension(b"my.unit")),
+         buffer_error("'my.unit'", "arr.storage")),
+        ("bool8-on-float", lambda ap: _f32(ap, metadata=ap.extension(b"arrow.bool8")),
+         buffer_error("arrow.bool8", "'f'", "int8")),
+        ("tensor-on-float", lambda ap: _f32(ap, metadata=ap.extension(
+            b"arrow.fixed_shape_tensor", b'{"shape":[4]}')),
+         buffer_error("fixed_shape_tensor", "fixed-size list")),
+        ("pairs-negative", lambda ap: _f32(ap, metadata=b"\xff\xff\xff\xff"),
+         buffer_error("'metadata'", "-1", "corrupt")),
+        ("pairs-huge", lambda ap: _f32(ap, metadata=(10**6).to_bytes(4, sys.byteorder)),
+         buffer_error("'metadata'", "corrupt")),
+        ("key-negative", lambda ap: _f32(ap, metadata=(1).to_bytes(4, sys.byteorder)
+                                         + (-5).to_bytes(4, sys.byteorder, signed=True)),
+         buffer_error("key 0", "corrupt")),
+        ("value-huge", lambda ap: _f32(ap, metadata=(1).to_bytes(4, sys.byteorder)
+                                       + (1).to_bytes(4, sys.byteorder) + b"k"
+                                       + (2**30).to_bytes(4, sys.byteorder)),
+         buffer_error("value 0", "corrupt")),
+        ("other-keys-ignored", lambda ap: _f32(ap, metadata=ap.metadata({b"a": b"b"})),
+         Gives([[4], [1], "float32", True])),
+    ]
+    for name, make, expect in ext:
+        add(g, f"extension-{name}", via_arrow(make), expect)
+
+    def tensor(meta: bytes, size: int = 4, rows: int = 1):
+        def make(ap):
+            col = _fsl(ap, size, _f32(ap, [float(i) for i in range(size * rows)]))
+            col.metadata = ap.extension(b"arrow.fixed_shape_tensor", meta)
+            return col
+        return make
+
+    tensors = [
+        ("not-json", b"{shape", ("not JSON",)), ("list", b"[2, 2]", ("not an object",)),
+        ("no-shape", b"{}", ("'shape'",)), ("shape-str", b'{"shape": "22"}', ("'shape'",)),
+        ("shape-negative", b'{"shape": [-2, -2]}', ("'shape'",)),
+        ("shape-bool", b'{"shape": [true, 4]}', ("'shape'",)),
+        ("shape-float", b'{"shape": [2.0, 2]}', ("'shape'",)),
+        ("shape-huge", b'{"shape": [%d, 1]}' % 2**64, ("'shape'",)),
+        ("shape-mismatch", b'{"shape": [3, 2]}', ("6 elements", "4")),
+        ("perm-dup", b'{"shape": [2, 2], "permutation": [0, 0]}', ("'permutation'",)),
+        ("perm-range", b'{"shape": [2, 2], "permutation": [1, 2]}', ("'permutation'",)),
+        ("perm-short", b'{"shape": [2, 2], "permutation": [0]}', ("'permutation'",)),
+        ("perm-str", b'{"shape": [2, 2], "permutation": "01"}', ("'permutation'",)),
+        ("names-short", b'{"shape": [2, 2], "dim_names": ["x"]}', ("'dim_names'",)),
+        ("names-ints", b'{"shape": [2, 2], "dim_names": [1, 2]}', ("'dim_names'",)),
+        ("deep-json", b"[" * 100000 + b"]" * 100000, ("JSON",)),
+    ]
+    for name, meta, words in tensors:
+        add(g, f"tensor-{name}", via_arrow(tensor(meta)), buffer_error("fixed_shape_tensor",
+                                                                        *words))
+    add(g, "tensor-overrun-permutation", via_arrow(tensor(
+        b'{"shape": [2, 1, 3, 2], "permutation": [0, 2, 3, 1]}', 12)),
+        buffer_error("outside", "permutation", "PyArrow"))
+    add(g, "tensor-permuted", via_arrow(tensor(
+        b'{"shape": [2, 3], "permutation": [1, 0]}', 6, 2)),
+        Gives([[2, 3, 2], [6, 1, 3], "float32", True]))
+    add(g, "tensor-in-list", via_arrow(lambda ap: _fsl(ap, 1, tensor(b'{"shape":[4]}')(ap))),
+        buffer_error("inside a list"))
+
+    # the array's fields
+    bad = [
+        ("schema-released", lambda ap: ap.ArrayProducer(_f32(ap)),
+         "schema", ("ArrowSchema", "released")),
+        ("array-released", lambda ap: ap.ArrayProducer(_f32(ap)), "array",
+         ("ArrowArray", "released")),
+    ]
+    for name, make, which, words in bad:
+        def run(make=make, which=which):
+            obj = make(_ap())
+            getattr(obj, which).release = type(getattr(obj, which).release)()
+            return summary(asdlpack(obj))
+        add(g, name, run, buffer_error(*words))
+    fields = [
+        ("length-negative", dict(length=-1), ("'length'", "-1")),
+        ("offset-negative", dict(offset=-4), ("'offset'", "-4")),
+        ("offset-length-overflow", dict(offset=2**63 - 2, length=4), ("overflow",)),
+        ("offset-huge", dict(offset=2**61), ("64 bits",)),
+        ("null-count--2", dict(null_count=-2), ("'null_count'", "-2")),
+        ("null-count-no-bitmap", dict(null_count=3), ("'null_count' = 3", "NULL")),
+        ("n-buffers-3", dict(n_buffers=3), ("'n_buffers' = 3",)),
+        ("n-buffers-1", dict(n_buffers=1), ("'n_buffers' = 1",)),
+        ("n-buffers-huge", dict(n_buffers=2**62), ("'n_buffers'",)),
+        ("buffers-null", dict(buffers_null=True), ("'buffers'", "NULL")),
+        ("n-children-1", dict(n_children=1), ("'n_children' = 1",)),
+    ]
+    for name, extra, words in fields:
+        add(g, f"array-{name}", via_arrow(lambda ap, extra=extra: _f32(ap, **extra)),
+            buffer_error(*words))
+    # A buffer shorter than offset + length says is the producer's lie: the view stays within
+    # what it declared (here 24 bytes of a 16-byte array followed by spare memory).
+    add(g, "array-offset-trusted", via_arrow(lambda ap: _f32(ap, offset=2)),
+        Gives([[4], [1], "float32", True]))
+    add(g, "data-null", via_arrow(lambda ap: ap.Col(b"f", 4, buffers=[None, None])),
+        buffer_error("buffers[1]", "NULL", "4 values"))
+    add(g, "data-null-empty", via_arrow(lambda ap: ap.Col(b"f", 0, buffers=[None, None])),
+        Gives([[0], [1], "float32", True]))
+    add(g, "data-misaligned", via_arrow(lambda ap: ap.Col(b"f", 2, buffers=[
+        None, ap.Address(_ap_address(ap) + 1)])), buffer_error("aligned", "4-byte"))
+    add(g, "array-dictionary-unexpected", _arrow_dictionary_array,
+        buffer_error("'dictionary'", "not"))
+
+    # nulls
+    nulls = [
+        ("counted", dict(null_count=1, buffers=["0111"]), buffer_error("1 null", "fill_null")),
+        ("uncounted-inside", dict(null_count=-1, buffers=["1011"]),
+         buffer_error("1 null", "fill_null")),
+        ("uncounted-outside", dict(null_count=-1, offset=1, length=3, buffers=["01110000"]),
+         Gives([[3], [1], "float32", True])),
+        ("padding-bits-zero", dict(null_count=-1, length=3, buffers=["111"]),
+         Gives([[3], [1], "float32", True])),
+        ("count-zero-trusted", dict(null_count=0, buffers=["0000"]),
+         Gives([[4], [1], "float32", True])),
+        ("all-set", dict(null_count=-1, buffers=["1111"]), Gives([[4], [1], "float32", True])),
+        ("many-words", dict(null_count=-1, length=200, offset=3, buffers=["1" * 150 + "0"
+                                                                           + "1" * 60]),
+         buffer_error("1 null", "200 values")),
+    ]
+    for name, spec, expect in nulls:
+        def make(ap, spec=spec):
+            fields = dict(spec)
+            bits = ap.bitmap(fields.pop("buffers")[0])
+            length = fields.pop("length", 4)
+            col = _f32(ap, [float(i) for i in range(fields.get("offset", 0) + length)],
+                       length=length, **fields)
+            col.buffers[0] = bits
+            return col
+        add(g, f"nulls-{name}", via_arrow(make), expect)
+
+    # fixed-size lists: offsets at both levels, children's lengths and nulls
+    def nested(ap, child_nulls=None, child_length=None):
+        values = ap.primitive("h", list(range(40)), b"s", offset=1)
+        values.length = 39
+        if child_nulls is not None:
+            values.null_count = -1
+            values.buffers[0] = ap.bitmap(child_nulls)
+        inner = ap.Col(b"+w:3", 12, offset=1, buffers=[None], children=[values])
+        outer = ap.Col(b"+w:2", 3, offset=2, buffers=[None], children=[inner])
+        if child_length is not None:
+            inner.length = child_length
+        return outer
+
+    add(g, "fsl-nested-offsets", via_arrow(nested), Gives([[3, 2, 3], [6, 3, 1], "int16", True]))
+
+    def nested_first(ap):
+        dl = asdlpack(ap.ArrayProducer(nested(ap)))
+        return list(memoryview(dl).cast("B").cast("h"))[:2]
+
+    # rows from 2 (outer offset) + 1 (inner offset) inner rows in, + 1 (values offset): value
+    # index ((2 * 2) + 1) * 3 + 1 = 16
+    add(g, "fsl-nested-first-values", lambda: nested_first(_ap()), Gives([16, 17]))
+    add(g, "fsl-child-too-short", via_arrow(lambda ap: nested(ap, child_length=9)),
+        buffer_error("length 9", "fewer"))
+    add(g, "fsl-child-null-inside", via_arrow(lambda ap: nested(
+        ap, child_nulls="1" * 20 + "0" + "1" * 19)), buffer_error("depth 2", "null"))
+    add(g, "fsl-child-null-outside", via_arrow(lambda ap: nested(
+        ap, child_nulls="0" * 16 + "1" * 18 + "0" * 6)), Gives([[3, 2, 3], [6, 3, 1], "int16",
+                                                               True]))
+    add(g, "fsl-count-overflow", via_arrow(lambda ap: ap.Col(
+        b"+w:1073741824", 2**40, buffers=[None], children=[_f32(ap)])),
+        buffer_error("fewer"))
+    add(g, "fsl-child-null", _arrow_null_child, buffer_error("'children'", "NULL"))
+    add(g, "fsl-child-released", via_arrow(lambda ap: _fsl(ap, 2, ap.Col(
+        b"f", 4, buffers=[None, ap.values("f", [1, 2, 3, 4])], released_child=True))),
+        buffer_error("depth 1", "released"))
+    add(g, "fsl-zero-size-lists", via_arrow(lambda ap: ap.Col(
+        b"+w:0", 5, buffers=[None], children=[ap.Col(b"f", 0, buffers=[None, None])])),
+        Gives([[5, 0], [1, 1], "float32", True]))
+    add(g, "bool8", via_arrow(lambda ap: ap.primitive(
+        "b", [1, 0, 1], b"c", metadata=ap.extension(b"arrow.bool8"))),
+        Gives([[3], [1], "bool", True]))
+
+    # devices
+    devices = [
+        ("cpu-id-0", dict(device_id=0), Gives([[4], [1], "float32", True])),
+        ("cpu-id-7", dict(device_id=7), buffer_error("'device_id' = 7", "-1 or 0")),
+        ("opencl", dict(device_type=4), buffer_error("ARROW_DEVICE_OPENCL", "host")),
+        ("rocm", dict(device_type=10), buffer_error("ARROW_DEVICE_ROCM")),
+        ("unknown", dict(device_type=99), buffer_error("device type 99")),
+        ("cuda-id--1", dict(device_type=2, device_id=-1), buffer_error("'device_id' = -1")),
+        ("cuda-id-huge", dict(device_type=2, device_id=2**40), buffer_error("'device_id'")),
+    ]
+    for name, fields, expect in devices:
+        add(g, f"device-{name}", via_arrow(_f32, "device", **fields), expect)
+
+    # what the methods return
+    returns = [
+        ("array-list", "__arrow_c_array__", lambda ap: [1, 2], ("pair",)),
+        ("array-triple", "__arrow_c_array__", lambda ap: (1, 2, 3), ("pair",)),
+        ("array-not-capsules", "__arrow_c_array__", lambda ap: ("s", "a"), ("PyCapsule",)),
+        ("array-swapped", "__arrow_c_array__", lambda ap: tuple(reversed(
+            ap.ArrayProducer(_f32(ap)).__arrow_c_array__())), ("'arrow_array'",
+                                                               "'arrow_schema'")),
+        ("device-plain-array", "__arrow_c_device_array__",
+         lambda ap: ap.ArrayProducer(_f32(ap)).__arrow_c_array__(), ("'arrow_device_array'",)),
+        ("stream-array", "__arrow_c_stream__",
+         lambda ap: ap.ArrayProducer(_f32(ap)).__arrow_c_array__()[1], ("'arrow_array_stream'",)),
+        ("stream-none", "__arrow_c_stream__", lambda ap: None, ("NoneType",)),
+    ]
+    for name, method, make, words in returns:
+        add(g, f"returns-{name}", _returns(method, make), buffer_error(method, *words))
+
+    def raising(exc):
+        def run():
+            def meth(self):
+                raise exc
+            return summary(asdlpack(type("P", (), {"__arrow_c_array__": meth})()))
+        return run
+
+    add(g, "method-raises", raising(RuntimeError("boom")),
+        buffer_error("__arrow_c_array__", "RuntimeError", "boom"))
+    add(g, "method-raises-then-stream", lambda: summary(asdlpack(type("P", (), {
+        "__arrow_c_array__": lambda self: 1 / 0,
+        "__arrow_c_stream__": lambda self: _ap().StreamProducer(
+            _f32(_ap()), [_f32(_ap())]).__arrow_c_stream__()})())),
+        Gives([[4], [1], "float32", True]))
+
+    # streams
+    streams = [
+        ("one-chunk", lambda ap: (_f32(ap), [ap.Col(b"f", 0, buffers=[None, None]), _f32(ap),
+                                            ap.Col(b"f", 0, buffers=[None, None])]), {},
+         Gives([[4], [1], "float32", True])),
+        ("no-chunks", lambda ap: (_f32(ap), []), {}, Gives([[0], [1], "float32", True])),
+        ("no-chunks-fsl", lambda ap: (_fsl(ap, 3, _f32(ap)), []), {},
+         Gives([[0, 3], [3, 1], "float32", True])),
+        ("no-chunks-tensor", lambda ap: (tensor(b'{"shape":[2,2]}')(ap), []), {},
+         Gives([[0, 2, 2], [1, 1, 1], "float32", True])),
+        ("two-chunks", lambda ap: (_f32(ap), [_f32(ap), _f32(ap)]), {},
+         buffer_error("more than one", "combine_chunks", "rechunk")),
+        ("chunk-negative", lambda ap: (_f32(ap), [_f32(ap, length=-3)]), {},
+         buffer_error("'length' = -3")),
+        ("schema-error", lambda ap: (_f32(ap), []), dict(schema_error=22),
+         buffer_error("get_schema", "producer failed")),
+        ("schema-error-no-text", lambda ap: (_f32(ap), []), dict(schema_error=5,
+                                                                 error_text=None),
+         buffer_error("get_schema", "error code 5")),
+        ("next-error", lambda ap: (_f32(ap), [_f32(ap), _f32(ap)]), dict(next_error=12),
+         buffer_error("get_next", "producer failed")),
+        ("struct-one-field", lambda ap: (ap.Col(b"+s", children=[_f32(ap)]), [ap.Col(
+            b"+s", 4, buffers=[None], children=[_f32(ap)])]), {},
+         Gives([[4], [1], "float32", True])),
+    ]
+    for name, make, producer, expect in streams:
+        add(g, f"stream-{name}", via_arrow(make, "stream", **producer), expect)
+
+    def released_stream():
+        ap = _ap()
+        obj = ap.StreamProducer(_f32(ap), [])
+        obj.stream.release = type(obj.stream.release)()
+        return summary(asdlpack(obj))
+
+    add(g, "stream-released", released_stream, buffer_error("ArrowArrayStream", "released"))
+
+    # releases: counted, exactly once, never while a view lives
+    def releases(make, kind="array"):
+        def run():
+            ap = _ap()
+            made = make(ap)
+            obj = ap.StreamProducer(*made) if kind == "stream" else ap.ArrayProducer(made)
+            seen = []
+            try:
+                dl = asdlpack(obj)
+            except BufferError:
+                gc.collect()
+                return ["refused", dict(obj.released)]
+            view = memoryview(dl)
+            cap = dl.__dlpack__(max_version=(1, 0))
+            del dl
+            gc.collect()
+            seen.append(dict(obj.released))
+            del view
+            gc.collect()
+            seen.append(dict(obj.released))
+            del cap
+            gc.collect()
+            seen.append(dict(obj.released))
+            return seen
+        return run
+
+    add(g, "release-after-last-view", releases(_f32), Gives([
+        {"schema": 1}, {"schema": 1}, {"schema": 1, "array": 1}]))
+    add(g, "release-on-refusal", releases(lambda ap: _f32(ap, null_count=1, buffers=[
+        ap.bitmap("0111"), ap.values("f", [1, 2, 3, 4])])),
+        Gives(["refused", {"schema": 1, "array": 1}]))
+    add(g, "release-stream-after-last-view", releases(lambda ap: (_f32(ap), [
+        ap.Col(b"f", 0, buffers=[None, None]), _f32(ap)]), "stream"), Gives([
+        {"schema": 1, "chunk0": 1}, {"schema": 1, "chunk0": 1},
+        {"schema": 1, "chunk0": 1, "chunk1": 1, "stream": 1}]))
+    add(g, "release-stream-on-refusal", releases(lambda ap: (_f32(ap), [
+        _f32(ap), _f32(ap)]), "stream"), Gives(["refused", {
+            "schema": 1, "chunk0": 1, "chunk1": 1, "stream": 1}]))
+
+    def moved():
+        ap = _ap()
+        obj = ap.ArrayProducer(_f32(ap))
+        dl = asdlpack(obj)
+        return [bool(obj.schema.release), bool(obj.array.release), dl.readonly]
+
+    add(g, "structs-moved-out", moved, Gives([False, False, True]))
+
+
+def _ap_address(ap) -> int:
+    return ap.values("f", [1.0, 2.0, 3.0, 4.0]).value
+
+
+def _arrow_dictionary_array():
+    """An array with a dictionary whose schema says none."""
+    ap = _ap()
+    obj = ap.ArrayProducer(_f32(ap))
+    obj.array.dictionary = ctypes.pointer(ap.build_array(_f32(ap)))
+    return summary(asdlpack(obj))
+
+
+def _arrow_null_child():
+    ap = _ap()
+    col = _fsl(ap, 2, _f32(ap))
+    obj = ap.ArrayProducer(col)
+    obj.array.children[0] = None
+    return summary(asdlpack(obj))
+
+
+def _register_arrow_out() -> None:
+    """DLPackObject as an Arrow producer: what it refuses, and the structs it hands out."""
+    g = "arrow-out"
+    A = "__arrow_c_array__"
+
+    def export(method=A, requested=None, **fields):
+        def run():
+            dl = asdlpack(dl_capsule(**fields))
+            args = () if requested is None else (requested(),)
+            return [_ap_name(c) for c in _as_tuple(getattr(dl, method)(*args))]
+        return run
+
+    refused = [
+        ("complex64", dict(code=5, bits=64), ("complex64", "real and imaginary")),
+        ("bfloat16", dict(code=4, bits=16), ("bfloat16",)),
+        ("float8", dict(code=2, bits=8), ("float8",)),
+        ("lanes-4", dict(lanes=4, bits=32, shape=(2,)), ("lanes",)),
+        ("int4", dict(code=0, bits=4, shape=(8,)), ("sub-byte",)),
+        ("strided", dict(shape=(4,), strides=(2,)), ("C-contiguous", "np.ascontiguousarray")),
+        ("fortran", dict(shape=(2, 3), strides=(1, 2)), ("C-contiguous",)),
+        ("broadcast", dict(shape=(4,), strides=(0,)), ("C-contiguous",)),
+        ("cuda-to-cpu-method", dict(device=(2, 0)), ("kDLCUDA", "__arrow_c_device_array__")),
+        ("list-too-long", dict(shape=(1, 2**31)), ("2**31 - 1",)),
+    ]
+    for name, fields, words in refused:
+        add(g, name, export(**fields), buffer_error(A, *words))
+    add(g, "rocm-device-array", export("__arrow_c_device_array__", device=(10, 1)),
+        Gives(["arrow_schema", "arrow_device_array"]))
+    add(g, "unknown-device", export("__arrow_c_device_array__", device=(17, 0)),
+        buffer_error("no device type"))
+    add(g, "0-d", export(shape=()), Gives(["arrow_schema", "arrow_array"]))
+
+    def requested(fmt: bytes, meta: bytes | None = None, name=b"arrow_schema"):
+        def make():
+            from dlpack.tests import arrow_producers as ap
+
+            s = ap.build_schema(ap.Col(fmt, metadata=meta))
+            return ap.capsule(s, name)
+        return make
+
+    add(g, "requested-float64", export(requested=requested(b"g")),
+        buffer_error("requested_schema", "float32", "does not cast"))
+    add(g, "requested-same", export(requested=requested(b"f")),
+        Gives(["arrow_schema", "arrow_array"]))
+    add(g, "requested-string", export(requested=requested(b"u")),
+        buffer_error("requested_schema", "does not cast"))
+    add(g, "requested-wrong-capsule", export(requested=requested(b"f", name=b"schema")),
+        buffer_error("requested_schema", "'arrow_schema'"))
+    add(g, "requested-not-capsule", export(requested=lambda: "f"),
+        buffer_error("requested_schema", "PyCapsule"))
+    for method, names in [("__arrow_c_device_array__", ["arrow_schema", "arrow_device_array"]),
+                          ("__arrow_c_device_stream__", ["arrow_device_array_stream"])]:
+        add(g, f"kwargs-{method}", lambda m=method: getattr(asdlpack(bytearray(4)), m)(
+            stream=None, future=1), Raises(("NotImplementedError",), ("future",)))
+        add(g, f"kwargs-none-{method}", lambda m=method: [_ap_name(c) for c in _as_tuple(
+            getattr(asdlpack(bytearray(4)), m)(stream=None))], Gives(names))
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _ap_name(capsule) -> str:
+    get = ctypes.pythonapi.PyCapsule_GetName
+    get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get(capsule).decode()
+
+
 for _register in (_register_sizes, _register_sequences, _register_typestr, _register_data,
                   _register_mappings, _register_array_struct, _register_capsules,
                   _register_buffers, _register_api, _register_objects, _register_fake_numpy,
                   _register_classes, _register_pointers, _register_export, _register_torch,
                   _register_fallback, _register_names, _register_device_ids, _register_values,
-                  _register_address):
+                  _register_address, _register_arrow, _register_arrow_out):
     _register()
 
 GROUPS = sorted({c.group for c in CASES.values()})

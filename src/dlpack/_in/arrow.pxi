@@ -1,0 +1,724 @@
+# Provider: the Arrow PyCapsule interface — __arrow_c_device_array__, __arrow_c_array__,
+# __arrow_c_stream__ — read zero-copy into one tensor (docs/spec.md §13). The ArrowSchema is
+# read and released at once; the ArrowArray (with the stream it came from) is moved into an
+# _ArrowImport that releases it when the last view is gone. Every struct is foreign: the base
+# structs are moved (copied) before use, each child is copied once before it is read, and
+# every length, offset and pointer is checked before a view is made.
+
+from libc.string cimport memcmp, memset
+
+cdef extern from "string.h":
+    size_t strnlen(const char *, size_t) nogil
+
+cdef extern from *:
+    """
+    /* 0 bits among [start, start + count) of an LSB-first validity bitmap */
+    static int64_t dlpk_zero_bits(const uint8_t *bits, int64_t start, int64_t count) {
+        int64_t zeros = 0, i = start, end = start + count;
+        uint64_t word;
+        while (i < end && (i & 7)) { zeros += !((bits[i >> 3] >> (i & 7)) & 1); i++; }
+        while (end - i >= 64) {
+            memcpy(&word, bits + (i >> 3), 8);
+            zeros += 64 - __builtin_popcountll(word);
+            i += 64;
+        }
+        while (end - i >= 8) { zeros += 8 - __builtin_popcount(bits[i >> 3]); i += 8; }
+        while (i < end) { zeros += !((bits[i >> 3] >> (i & 7)) & 1); i++; }
+        return zeros;
+    }
+    """
+    int64_t _zero_bits "dlpk_zero_bits"(const uint8_t *bits, int64_t start,
+                                        int64_t count) noexcept nogil
+
+cdef enum ArrowExt:
+    EXT_NONE
+    EXT_BOOL8               # arrow.bool8: int8 storage, DLPack bool
+    EXT_TENSOR              # arrow.fixed_shape_tensor: fixed-size list storage
+
+cdef enum:
+    ARROW_MAX_PAIRS = 4096          # metadata key/value pairs: more is a corrupt string
+    ARROW_MAX_ITEM = 1 << 24        # bytes of one metadata key or value
+
+ctypedef struct _ArrowType:
+    DLDataType dtype
+    int nlists                      # fixed-size list levels above the values
+    bint unwrap                     # the column is the one field of a struct (record batch)
+    bint tensor                     # arrow.fixed_shape_tensor (then nlists == 1)
+
+cdef dict _ARROW_DEVICE_NAMES = {
+    4: "ARROW_DEVICE_OPENCL", 7: "ARROW_DEVICE_VULKAN", 8: "ARROW_DEVICE_METAL",
+    9: "ARROW_DEVICE_VPI", 10: "ARROW_DEVICE_ROCM", 11: "ARROW_DEVICE_ROCM_HOST",
+    12: "ARROW_DEVICE_EXT_DEV", 14: "ARROW_DEVICE_ONEAPI", 15: "ARROW_DEVICE_WEBGPU",
+    16: "ARROW_DEVICE_HEXAGON"}
+
+cdef str _FILL_NULL = ("DLPack has no nulls: fill them first (pc.fill_null(arr, value); Polars: "
+                       "series.fill_null(value); pandas: series.fillna(value))")
+
+
+cdef str _c_text(const char *p, size_t limit=64):
+    """A foreign C string for a message: at most limit bytes, never an error."""
+    if p == NULL:
+        return "NULL"
+    cdef size_t n = strnlen(p, limit)
+    text = p[:n].decode("utf-8", "replace")
+    return text + "…" if n == limit else text
+
+
+cdef str _at(int depth):
+    """Where in the column a message points."""
+    if depth == 0:
+        return "the array"
+    return f"the array's child at depth {depth}"
+
+
+cdef bint _arrow_primitive(const char *f, DLDataType *out) noexcept nogil:
+    """The DLPack type of a one-character primitive format (False for anything else)."""
+    cdef char c = f[0]
+    if c == 0 or f[1] != 0:
+        return False
+    out.lanes = 1
+    if c == b'c' or c == b's' or c == b'i' or c == b'l':
+        out.code = kDLInt
+    elif c == b'C' or c == b'S' or c == b'I' or c == b'L':
+        out.code = kDLUInt
+    elif c == b'e' or c == b'f' or c == b'g':
+        out.code = kDLFloat
+    else:
+        return False
+    if c == b'c' or c == b'C':
+        out.bits = 8
+    elif c == b's' or c == b'S' or c == b'e':
+        out.bits = 16
+    elif c == b'i' or c == b'I' or c == b'f':
+        out.bits = 32
+    else:
+        out.bits = 64
+    return True
+
+
+cdef int64_t _arrow_list_size(const char *f) noexcept nogil:
+    """n of a fixed-size list format "+w:n"; -1 for another format, -2 for a malformed n."""
+    cdef int64_t n = 0
+    cdef const char *p = f + 3
+    if not (f[0] == b'+' and f[1] == b'w' and f[2] == b':'):
+        return -1
+    if p[0] == 0:
+        return -2
+    while p[0] != 0:
+        if p[0] < 48 or p[0] > 57:       # not a decimal digit
+            return -2
+        n = n * 10 + (p[0] - 48)
+        if n > INT32_MAX:
+            return -2
+        p += 1
+    return n
+
+
+cdef str _arrow_type_refusal(str protocol, const char *f, int depth):
+    """Why a format is refused, and the way out."""
+    s = _c_text(f)
+    if s == "b":
+        what, way = ("a bit-packed bool", "bits cannot be a DLPack view: cast it to uint8 "
+                     "(pc.cast(arr, pa.uint8())) or store it as arrow.bool8 (pa.bool8())")
+    elif s == "n":
+        what, way = "the null type", "it has no values to view"
+    elif s in ("u", "U", "vu"):
+        what, way = "a string type", "strings have no tensor layout; encode them as numbers first"
+    elif s in ("z", "Z", "vz"):
+        what, way = "a binary type", "variable-length bytes have no tensor layout"
+    elif s.startswith("w:"):
+        what, way = ("a fixed-size binary type", "store the bytes as fixed_size_list<uint8> "
+                     "instead (pa.FixedSizeListArray.from_arrays)")
+    elif s.startswith("d:"):
+        what, way = "a decimal type", "cast it to float64 first: pc.cast(arr, pa.float64())"
+    elif s.startswith("ti"):
+        what, way = ("an interval type", "an interval is several numbers per value; convert "
+                     "it to a duration or to numbers first")
+    elif s in ("tdD", "tts", "ttm"):
+        what, way = ("a date/time type", "DLPack has no time types: cast it to int32 "
+                     "(pc.cast(arr, pa.int32()); Polars: series.to_physical())")
+    elif s.startswith("t"):
+        what, way = ("a date/time/timestamp/duration type", "DLPack has no time types: cast it "
+                     "to int64 (pc.cast(arr, pa.int64()); Polars: series.to_physical())")
+    elif s in ("+l", "+L", "+vl", "+vL"):
+        what, way = ("a variable-size list", "lists of varying length have no tensor shape; "
+                     "cast to a fixed-size list (pa.list_(type, n); Polars: pl.Array(type, n))")
+    elif s == "+s":
+        what, way = ("a struct", "select one field first (arr.field(i); Polars: "
+                     "series.struct.field(name))")
+    elif s == "+m":
+        what, way = "a map", "maps have no tensor layout"
+    elif s.startswith("+u"):
+        what, way = "a union", "unions have no tensor layout"
+    elif s == "+r":
+        what, way = "run-end encoded", "decode it first: pc.run_end_decode(arr)"
+    else:
+        what, way = "a format pydlpack does not know", "see the Arrow C data interface"
+    return (f"{protocol}: field 'format' = {s!r} of {_at(depth)} is {what}, which DLPack "
+            f"cannot carry; {way}")
+
+
+cdef object _arrow_extension(const char *md, str protocol, int depth, ArrowExt *kind):
+    """The canonical extension a schema's metadata names in kind: bool8, fixed_shape_tensor
+    (whose JSON metadata is returned, copied out) or none; any other extension is refused."""
+    cdef int32_t n, klen, vlen, nlen = 0, mlen = 0
+    cdef const char *p = md
+    cdef const char *key
+    cdef const char *name = NULL
+    cdef const char *meta = NULL
+    cdef int32_t i
+    kind[0] = EXT_NONE
+    if md == NULL:
+        return None
+    memcpy(&n, p, 4)
+    p += 4
+    if n < 0 or n > ARROW_MAX_PAIRS:
+        raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)} says {n} key/value "
+                          f"pairs (0 to {ARROW_MAX_PAIRS} expected): a corrupt metadata string")
+    for i in range(n):
+        memcpy(&klen, p, 4)
+        if klen < 0 or klen > ARROW_MAX_ITEM:
+            raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)}: key {i} has "
+                              f"length {klen}: a corrupt metadata string")
+        key = p + 4
+        p = key + klen
+        memcpy(&vlen, p, 4)
+        if vlen < 0 or vlen > ARROW_MAX_ITEM:
+            raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)}: value {i} has "
+                              f"length {vlen}: a corrupt metadata string")
+        if klen == 20 and memcmp(key, b"ARROW:extension:name", 20) == 0:
+            name, nlen = p + 4, vlen
+        elif klen == 24 and memcmp(key, b"ARROW:extension:metadata", 24) == 0:
+            meta, mlen = p + 4, vlen
+        p += 4 + vlen
+    if name == NULL:
+        return None
+    if nlen == 11 and memcmp(name, b"arrow.bool8", 11) == 0:
+        kind[0] = EXT_BOOL8
+    elif nlen == 24 and memcmp(name, b"arrow.fixed_shape_tensor", 24) == 0:
+        kind[0] = EXT_TENSOR
+        return meta[:mlen] if meta != NULL else b""
+    else:
+        ext = name[:min(nlen, 100)].decode("utf-8", "replace")
+        raise BufferError(f"{protocol}: {_at(depth)} has the extension type {ext!r}; pydlpack "
+                          "reads arrow.bool8 and arrow.fixed_shape_tensor only (others give "
+                          "their stored values a meaning DLPack cannot carry); to view the raw "
+                          "storage, pass arr.storage")
+    return None
+
+
+cdef int _arrow_struct_column(ArrowSchema *s, str protocol) except -1:
+    """A struct (record batch) stands for its column only when it has exactly one field."""
+    cdef int64_t i, n = s.n_children
+    if n == 1 and s.children != NULL and s.children[0] != NULL:
+        return 0
+    if n < 1:
+        raise BufferError(f"{protocol}: the data is a struct (record batch) of {n} fields; "
+                          "a tensor needs one column")
+    if s.children == NULL:
+        raise BufferError(f"{protocol}: field 'children' of the schema is NULL for "
+                          f"n_children = {n}")
+    names = []
+    for i in range(min(n, 8)):
+        names.append(_c_text(s.children[i].name) if s.children[i] != NULL else "?")
+    if n == 1:
+        raise BufferError(f"{protocol}: field 'children' of the schema holds a NULL pointer")
+    shown = ", ".join(repr(x) for x in names) + (", …" if n > 8 else "")
+    raise BufferError(f"{protocol}: the data is a struct (record batch / data frame) of {n} "
+                      f"columns ({shown}); a tensor is one column: select it first (df[name], "
+                      "df.select(name), batch.column(i), relation.select(name))")
+
+
+cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, str protocol,
+                               bint unwrap_ok):
+    """The column type a schema describes, into t and sizes (the list sizes, outermost
+    first); returns the fixed_shape_tensor metadata (bytes), or None."""
+    cdef ArrowSchema *s = top
+    cdef const char *f
+    cdef int64_t n
+    cdef int depth = 0
+    cdef ArrowExt ext
+    cdef object tensor = None
+    t.nlists = 0
+    t.unwrap = False
+    t.tensor = False
+    if s.format == NULL:
+        raise BufferError(f"{protocol}: field 'format' of the schema is NULL")
+    if unwrap_ok and s.format[0] == b'+' and s.format[1] == b's' and s.format[2] == 0:
+        _arrow_struct_column(s, protocol)
+        s = s.children[0]
+        t.unwrap = True
+    while True:
+        f = s.format
+        if f == NULL:
+            raise BufferError(f"{protocol}: field 'format' of {_at(depth)} is NULL")
+        if s.dictionary != NULL:
+            raise BufferError(f"{protocol}: {_at(depth)} is dictionary-encoded (indices "
+                              f"{_c_text(f)!r}), which DLPack cannot carry; use its indices "
+                              "(arr.indices; Polars: series.to_physical()) or decode it "
+                              "(arr.dictionary_decode())")
+        meta = _arrow_extension(s.metadata, protocol, depth, &ext)
+        n = _arrow_list_size(f)
+        if ext == EXT_TENSOR:
+            if depth != 0:
+                raise BufferError(f"{protocol}: {_at(depth)} is an arrow.fixed_shape_tensor "
+                                  "inside a list; only a column of tensors is read")
+            if n < 0:
+                raise BufferError(f"{protocol}: an arrow.fixed_shape_tensor stored as "
+                                  f"{_c_text(f)!r}, not as a fixed-size list ('+w:n')")
+            t.tensor = True
+            tensor = meta
+        elif ext == EXT_BOOL8 and not (f[0] == b'c' and f[1] == 0):
+            raise BufferError(f"{protocol}: an arrow.bool8 stored as {_c_text(f)!r}, not as "
+                              "int8 ('c')")
+        if n >= 0:
+            if t.tensor and depth > 0:
+                raise BufferError(f"{protocol}: an arrow.fixed_shape_tensor of nested lists; "
+                                  "its values must be a primitive type")
+            if s.n_children != 1 or s.children == NULL or s.children[0] == NULL:
+                raise BufferError(f"{protocol}: the fixed-size list at {_at(depth)} has "
+                                  f"n_children = {s.n_children} (children "
+                                  f"{'NULL' if s.children == NULL else 'set'}); it needs one "
+                                  "child")
+            if t.nlists >= MAX_NDIM - 1:
+                raise BufferError(f"{protocol}: fixed-size lists nested more than "
+                                  f"{MAX_NDIM - 1} deep")
+            sizes[t.nlists] = n
+            t.nlists += 1
+            s = s.children[0]
+            depth += 1
+            continue
+        if n == -2:
+            raise BufferError(f"{protocol}: field 'format' = {_c_text(f)!r} of {_at(depth)} "
+                              "has a list size that is not an int32")
+        if not _arrow_primitive(f, &t.dtype):
+            raise BufferError(_arrow_type_refusal(protocol, f, depth))
+        if ext == EXT_BOOL8:
+            t.dtype.code = kDLBool
+        return tensor
+
+
+cdef int _arrow_node(ArrowArray *a, int64_t n_buffers, int64_t n_children, str protocol,
+                     int depth) except -1:
+    """Check one (copied) ArrowArray against the layout its type implies."""
+    cdef int64_t end
+    if a.release == NULL:
+        raise BufferError(f"{protocol}: {_at(depth)} is released (release is NULL)")
+    if a.length < 0:
+        raise BufferError(f"{protocol}: field 'length' = {a.length} of {_at(depth)} is negative")
+    if a.offset < 0:
+        raise BufferError(f"{protocol}: field 'offset' = {a.offset} of {_at(depth)} is negative")
+    if _add_ovf(a.offset, a.length, &end):
+        raise BufferError(f"{protocol}: fields 'offset' = {a.offset} and 'length' = {a.length} "
+                          f"of {_at(depth)} overflow 64 bits")
+    if a.null_count < -1:
+        raise BufferError(f"{protocol}: field 'null_count' = {a.null_count} of {_at(depth)} is "
+                          "negative (only -1, 'not computed', is allowed)")
+    if a.n_buffers != n_buffers:
+        raise BufferError(f"{protocol}: field 'n_buffers' = {a.n_buffers} of {_at(depth)}; its "
+                          f"type has {n_buffers}")
+    if a.buffers == NULL:
+        raise BufferError(f"{protocol}: field 'buffers' of {_at(depth)} is NULL")
+    if a.n_children != n_children:
+        raise BufferError(f"{protocol}: field 'n_children' = {a.n_children} of {_at(depth)}; "
+                          f"its type has {n_children}")
+    if n_children and (a.children == NULL or a.children[0] == NULL):
+        raise BufferError(f"{protocol}: field 'children' of {_at(depth)} is NULL or holds NULL")
+    if a.dictionary != NULL:
+        raise BufferError(f"{protocol}: field 'dictionary' of {_at(depth)} is set, but its "
+                          "schema is not dictionary-encoded")
+    return 0
+
+
+cdef int _arrow_nulls(ArrowArray *a, int64_t start, int64_t count, bint whole, str protocol,
+                      int depth) except -1:
+    """Refuse nulls among the count values from physical index start (validity bits only
+    there: padding and bits outside the slice do not count)."""
+    cdef int64_t nulls = a.null_count
+    cdef const uint8_t *bits = <const uint8_t *>a.buffers[0]
+    if nulls == 0 or count == 0:
+        return 0
+    if bits == NULL:
+        if nulls == -1:
+            return 0
+        raise BufferError(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
+                          "validity bitmap (buffers[0]) is NULL")
+    if not (whole and nulls > 0):
+        nulls = _zero_bits(bits, start, count)
+        if nulls == 0:
+            return 0
+    raise BufferError(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {count} "
+                      f"values; {_FILL_NULL}")
+
+
+cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
+                           const int64_t *sizes, object tensor, str protocol) except -1:
+    """Walk from the column through its fixed-size lists to the values, applying each level's
+    offset and checking each level's nulls and lengths; then shape, strides and bounds."""
+    cdef ArrowArray node = top[0]
+    cdef ArrowArray *child
+    cdef int64_t start = node.offset, count = node.length, length = node.length
+    cdef int64_t n, lstart, lcount, end, isz = t.dtype.bits // 8, offset, bound
+    cdef int level, depth = 0, nlevels = t.nlists + (1 if t.unwrap else 0)
+    cdef bint whole = True
+    cdef uintptr_t data
+    for level in range(nlevels):
+        _arrow_node(&node, 1, 1, protocol, depth)
+        _arrow_nulls(&node, start, count, whole, protocol, depth)
+        n = 1 if (t.unwrap and level == 0) else sizes[level - (1 if t.unwrap else 0)]
+        child = node.children[0]
+        node = child[0]                 # copied once, before any of it is read
+        depth += 1
+        if node.release == NULL:
+            raise BufferError(f"{protocol}: {_at(depth)} is released (release is NULL)")
+        if (_mul_ovf(start, n, &lstart) or _mul_ovf(count, n, &lcount)
+                or _add_ovf(lstart, lcount, &end) or end > node.length):
+            raise BufferError(f"{protocol}: {_at(depth)} has length {node.length}, fewer than "
+                              f"the values its parent's offset and length need ({start} + "
+                              f"{count} rows of {n})")
+        if _add_ovf(node.offset, lstart, &start):
+            raise BufferError(f"{protocol}: field 'offset' = {node.offset} of {_at(depth)} "
+                              "overflows 64 bits")
+        count = lcount
+        whole = lstart == 0 and lcount == node.length
+    _arrow_node(&node, 2, 0, protocol, depth)
+    _arrow_nulls(&node, start, count, whole, protocol, depth)
+    data = <uintptr_t>node.buffers[1]
+    if _mul_ovf(start, isz, &offset) or _mul_ovf(node.offset + node.length, isz, &bound):
+        raise BufferError(f"{protocol}: the values of {_at(depth)} (offset {node.offset}, "
+                          f"length {node.length}) span more bytes than 64 bits can count")
+    if count and data == 0:
+        raise BufferError(f"{protocol}: buffers[1] (the values) of {_at(depth)} is NULL for "
+                          f"{count} values")
+    if data % isz:
+        raise BufferError(f"{protocol}: buffers[1] (the values) of {_at(depth)} at {data:#x} "
+                          f"is not aligned to its {isz}-byte type; DLPack consumers need "
+                          "aligned data")
+    self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
+    self.dl.dtype = t.dtype
+    self._flags = FLAG_READ_ONLY
+    if tensor is not None:
+        _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
+        try:
+            self._finish(protocol, STRIDES_ELEMENTS, offset, bound)
+        except BufferError as e:
+            raise BufferError(f"{e}: the arrow.fixed_shape_tensor's permutation, applied as "
+                              "PyArrow applies it (which refuses this one too), overruns "
+                              "its rows") from None
+    else:
+        _arrow_dims(self, length, t, sizes, protocol)
+        self._finish(protocol, STRIDES_C, offset, bound)
+    return 0
+
+
+cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, const int64_t *sizes,
+                     str protocol) except -1:
+    """(length, n1, n2, …): the rows, then each fixed-size list's size."""
+    cdef int i
+    self._alloc_dims(1 + t.nlists, protocol)
+    self.dl.shape[0] = length
+    for i in range(t.nlists):
+        self.dl.shape[i + 1] = sizes[i]
+    return 0
+
+
+cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int64_t list_size,
+                            str protocol) except -1:
+    """Shape and element strides of a fixed_shape_tensor column, as PyArrow's
+    FixedShapeTensorArray.to_numpy_ndarray() and __dlpack__ give them: the metadata's shape is
+    the physical row-major one, the permutation orders the dimensions (PyArrow's
+    FixedShapeTensorArray::ToTensor with its ComputeStrides, counted in elements)."""
+    import json
+    cdef int i, k
+    where = f"{protocol}: arrow.fixed_shape_tensor metadata"
+    try:
+        d = json.loads(meta)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BufferError(f"{where} {meta[:100]!r} is not JSON") from None
+    if type(d) is not dict:
+        raise BufferError(f"{where} is a JSON {type(d).__name__}, not an object")
+    shape = d.get("shape")
+    if type(shape) is not list or len(shape) >= MAX_NDIM or not all(
+            type(x) is int and 0 <= x <= INT64_MAX for x in shape):
+        raise BufferError(f"{where}: 'shape' = {str(shape)[:100]} is not a list of "
+                          f"non-negative int64 (fewer than {MAX_NDIM})")
+    k = len(shape)
+    perm = d.get("permutation")
+    if perm is not None and (type(perm) is not list or len(perm) != k or sorted(
+            [p if type(p) is int else -1 for p in perm]) != list(range(k))):
+        raise BufferError(f"{where}: 'permutation' = {str(perm)[:100]} is not a permutation "
+                          f"of 0 … {k - 1}")
+    names = d.get("dim_names")
+    if names is not None and (type(names) is not list or len(names) != k
+                              or not all(type(x) is str for x in names)):
+        raise BufferError(f"{where}: 'dim_names' = {str(names)[:100]} is not {k} strings")
+    cells = 1
+    for x in shape:
+        cells *= x
+    if cells != list_size:
+        raise BufferError(f"{where}: 'shape' = {shape} has {cells} elements, but the storage "
+                          f"is a fixed-size list of {list_size}")
+    full = [0] + ([p + 1 for p in perm] if perm is not None else list(range(1, k + 1)))
+    physical = [length] + shape
+    out = [physical[p] for p in full]
+    remaining = 0
+    if out[0] > 0:
+        remaining = 1
+        for p in full[1:]:
+            remaining *= out[p]
+    if remaining == 0:
+        steps = [1] * (k + 1)
+    else:
+        steps = [remaining]
+        for p in full[1:]:
+            remaining //= out[p]
+            steps.append(remaining)
+    self._alloc_dims(k + 1, protocol)
+    for i in range(k + 1):
+        self.dl.shape[i] = out[i]
+        self.dl.strides[i] = steps[full[i]]
+    return 0
+
+
+cdef int _arrow_device(DLPackObject self, ArrowDeviceArray *d, str protocol) except -1:
+    """The DLPack device of an ArrowDeviceArray; a CUDA sync_event (a CUevent *) is copied
+    once, to be waited on at each export and before host reads (docs/spec.md §13)."""
+    cdef int32_t kind = d.device_type
+    cdef int64_t did = d.device_id
+    if kind == ARROW_DEVICE_CPU:
+        if did != -1 and did != 0:
+            raise BufferError(f"{protocol}: field 'device_id' = {did} for ARROW_DEVICE_CPU "
+                              "(-1 or 0 expected)")
+        self.dl.device.device_type = kDLCPU
+        self.dl.device.device_id = 0
+        return 0
+    if kind != ARROW_DEVICE_CUDA and kind != ARROW_DEVICE_CUDA_HOST and (
+            kind != ARROW_DEVICE_CUDA_MANAGED):
+        name = _ARROW_DEVICE_NAMES.get(kind, f"device type {kind}")
+        raise BufferError(f"{protocol}: field 'device_type' = {kind} ({name}): pydlpack "
+                          "exchanges CPU and CUDA Arrow data only; copy it to the host or a "
+                          "CUDA device first")
+    if kind == ARROW_DEVICE_CUDA_HOST and did == -1:
+        did = 0                         # pinned host memory belongs to no device
+    if did < 0 or did >= MAX_CUDA_DEVICES:
+        raise BufferError(f"{protocol}: field 'device_id' = {did} is not a CUDA device "
+                          f"ordinal (0 to {MAX_CUDA_DEVICES - 1})")
+    self.dl.device.device_type = kind   # ARROW_DEVICE_CUDA* equal kDLCUDA* by design
+    self.dl.device.device_id = <int32_t>did
+    if d.sync_event != NULL:
+        self._event = (<void **>d.sync_event)[0]
+    return 0
+
+
+cdef void *_arrow_capsule(object capsule, const char *name, str protocol,
+                          str what) except NULL:
+    """The struct in a producer's capsule, which must have its PyCapsule interface name."""
+    cdef const char *got
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferError(f"{protocol}: the {what} is a {type(capsule).__name__} object, not a "
+                          "PyCapsule")
+    if not PyCapsule_IsValid(capsule, name):
+        got = PyCapsule_GetName(capsule)
+        shown = "NULL" if got == NULL else repr(_c_text(got))
+        raise BufferError(f"{protocol}: the {what} capsule is named {shown}, not "
+                          f"{(<bytes>name).decode()!r}")
+    return PyCapsule_GetPointer(capsule, name)
+
+
+cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, str protocol):
+    """Move a producer's schema out, read it, and release it at once."""
+    cdef ArrowSchema local
+    if s.release == NULL:
+        raise BufferError(f"{protocol}: the ArrowSchema is released (release is NULL)")
+    local = s[0]
+    s.release = NULL
+    try:
+        return _arrow_read_schema(&local, t, sizes, protocol, True)
+    finally:
+        local.release(&local)
+
+
+cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str protocol):
+    """An (ArrowSchema, ArrowArray or ArrowDeviceArray) capsule pair."""
+    cdef ArrowSchema *s
+    cdef void *a
+    cdef _ArrowType t
+    cdef int64_t sizes[MAX_NDIM]
+    cdef DLPackObject self
+    cdef _ArrowImport held
+    if type(pair) is not tuple or len(<tuple>pair) != 2:
+        raise BufferError(f"{protocol} returned a {type(pair).__name__}, not a (schema, array) "
+                          "pair of capsules")
+    s = <ArrowSchema *>_arrow_capsule((<tuple>pair)[0], b"arrow_schema", protocol, "schema")
+    a = _arrow_capsule((<tuple>pair)[1], b"arrow_device_array" if device else b"arrow_array",
+                       protocol, "array")
+    self = _new_object()
+    self._base = obj
+    held = _ArrowImport.__new__(_ArrowImport)
+    self._keep = held
+    if device:
+        if (<ArrowDeviceArray *>a).array.release == NULL:
+            raise BufferError(f"{protocol}: the ArrowDeviceArray is released (release is NULL)")
+        held.device = (<ArrowDeviceArray *>a)[0]
+        (<ArrowDeviceArray *>a).array.release = NULL
+    else:
+        if (<ArrowArray *>a).release == NULL:
+            raise BufferError(f"{protocol}: the ArrowArray is released (release is NULL)")
+        held.device.array = (<ArrowArray *>a)[0]
+        (<ArrowArray *>a).release = NULL
+        held.device.device_type = ARROW_DEVICE_CPU
+        held.device.device_id = -1
+    tensor = _arrow_schema_from(s, &t, sizes, protocol)
+    _arrow_device(self, &held.device, protocol)
+    _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
+    return self
+
+
+cdef str _arrow_stream_error(ArrowArrayStream *st, int rc, str protocol, str call):
+    cdef const char *msg = NULL
+    if st.get_last_error != NULL:
+        msg = st.get_last_error(st)
+    detail = _c_text(msg, 1000) if msg != NULL else f"error code {rc}"
+    return f"{protocol}: the stream's {call} failed: {detail}"
+
+
+cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
+    """An ArrowArrayStream of exactly one non-empty chunk (or none: an empty tensor)."""
+    cdef ArrowArrayStream *st = <ArrowArrayStream *>_arrow_capsule(
+        capsule, b"arrow_array_stream", protocol, "stream")
+    cdef ArrowSchema schema
+    cdef ArrowArray chunk
+    cdef _ArrowType t
+    cdef int64_t sizes[MAX_NDIM]
+    cdef int rc
+    cdef DLPackObject self
+    cdef _ArrowImport held
+    cdef ArrowArrayStream *ours
+    if st.release == NULL:
+        raise BufferError(f"{protocol}: the ArrowArrayStream is released (release is NULL)")
+    self = _new_object()
+    self._base = obj
+    held = _ArrowImport.__new__(_ArrowImport)
+    self._keep = held
+    held.stream = st[0]
+    st.release = NULL
+    ours = &held.stream
+    if ours.get_schema == NULL or ours.get_next == NULL:
+        raise BufferError(f"{protocol}: the stream's get_schema or get_next is NULL")
+    memset(&schema, 0, sizeof(schema))
+    rc = ours.get_schema(ours, &schema)
+    if rc != 0:
+        raise BufferError(_arrow_stream_error(ours, rc, protocol, "get_schema"))
+    tensor = _arrow_schema_from(&schema, &t, sizes, protocol)
+    while True:
+        memset(&chunk, 0, sizeof(chunk))
+        rc = ours.get_next(ours, &chunk)
+        if rc != 0:
+            raise BufferError(_arrow_stream_error(ours, rc, protocol, "get_next"))
+        if chunk.release == NULL:
+            break
+        if chunk.length == 0:
+            chunk.release(&chunk)
+            continue
+        if held.device.array.release != NULL or chunk.length < 0:
+            first = held.device.array.length
+            second = chunk.length
+            chunk.release(&chunk)
+            if second < 0:
+                raise BufferError(f"{protocol}: a chunk has field 'length' = {second}")
+            raise BufferError(f"{protocol}: the stream has more than one non-empty chunk (the "
+                              f"first two have {first} and {second} rows); a tensor views one "
+                              "buffer: combine them first (chunked.combine_chunks(), "
+                              "table.combine_chunks(); Polars: series.rechunk())")
+        held.device.array = chunk
+    self.dl.device.device_type = kDLCPU
+    if held.device.array.release != NULL:
+        _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
+        return self
+    self.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
+    self._flags = FLAG_READ_ONLY
+    if tensor is not None:
+        _arrow_tensor_dims(self, tensor, 0, sizes[0], protocol)
+        self._finish(protocol, STRIDES_ELEMENTS, 0, -1)
+    else:
+        _arrow_dims(self, 0, &t, sizes, protocol)
+        self._finish(protocol, STRIDES_C, 0, -1)
+    return self
+
+
+cdef extern from "Python.h":
+    PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
+
+
+cdef inline bint _type_has(type t, str name) noexcept:
+    """Whether t's MRO defines name: Python's own lookup of special methods, which runs no
+    __getattr__ (Polars' instance and metaclass __getattr__ cost 5 to 16 µs a miss)."""
+    return _PyType_Lookup(t, name) != NULL
+
+
+cdef enum:
+    HAS_DEVICE_ARRAY = 1
+    HAS_ARRAY = 2
+    HAS_STREAM = 4
+
+
+cdef bint _tensor_type(type t) noexcept:
+    """Whether t defines a tensor protocol (DLPack or an array interface): those come before
+    Arrow, which describes columns (a Pillow image means its (H, W, C) array, not its pixels)."""
+    return (_type_has(t, "__dlpack__") or _type_has(t, "__array_interface__")
+            or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
+
+
+cdef int _arrow_type(type t) noexcept:
+    """Which methods of the Arrow PyCapsule interface that asdlpack reads t has (HAS_*)."""
+    return ((HAS_DEVICE_ARRAY if _type_has(t, "__arrow_c_device_array__") else 0)
+            | (HAS_ARRAY if _type_has(t, "__arrow_c_array__") else 0)
+            | (HAS_STREAM if _type_has(t, "__arrow_c_stream__") else 0))
+
+
+cdef DLPackObject _arrow_step(object obj, int methods, list refusals):
+    """asdlpack's Arrow step: the tensor, or None with the refusal in refusals. The Arrow
+    reader's refusal replaces __dlpack__'s (PyArrow's refuses nulls, bool8 and nested types
+    with less to say), which becomes its cause."""
+    try:
+        return _from_arrow(obj, methods)
+    except MemoryError:
+        raise
+    except Exception as e:
+        dlpack = [x for name, x in refusals if name == "__dlpack__"]
+        if dlpack and e.__cause__ is None:
+            e.__cause__ = dlpack[0]
+        refusals[:] = [x for x in refusals if x[0] != "__dlpack__"]
+        refusals.append(("Arrow PyCapsule interface", e))
+    return None
+
+
+cdef DLPackObject _from_arrow(object obj, int methods):
+    """obj through the first Arrow method it has, in the order of docs/spec.md §3. A method
+    that raises hands over to the next; the reader's own refusal is final."""
+    first = None
+    if methods & HAS_DEVICE_ARRAY:
+        try:
+            result = obj.__arrow_c_device_array__()
+        except MemoryError:
+            raise
+        except Exception as e:
+            first = _as_refusal("__arrow_c_device_array__", e)
+        else:
+            return _from_arrow_array(obj, result, True, "__arrow_c_device_array__")
+    if methods & HAS_ARRAY:
+        try:
+            result = obj.__arrow_c_array__()
+        except MemoryError:
+            raise
+        except Exception as e:
+            first = first or _as_refusal("__arrow_c_array__", e)
+        else:
+            return _from_arrow_array(obj, result, False, "__arrow_c_array__")
+    try:
+        result = obj.__arrow_c_stream__()
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise first or _as_refusal("__arrow_c_stream__", e)
+    return _from_arrow_stream(obj, result, "__arrow_c_stream__")

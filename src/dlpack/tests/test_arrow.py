@@ -1,0 +1,794 @@
+"""Arrow ⇄ DLPack (docs/spec.md §13): real Arrow libraries both ways — values, addresses,
+read-only-ness, the release callback run once after the last view — and ctypes-built structs
+(tests/arrow_producers.py) where every field must be under control. The refusals are the
+hostile corpus's groups ``arrow`` and ``arrow-out``."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import struct
+import threading
+import weakref
+
+import pytest
+
+from dlpack import DLDeviceType, asdlpack, todict
+from dlpack.check_arrow import (
+    ArrowArray,
+    ArrowDeviceArray,
+    ArrowDeviceArrayStream,
+    ArrowSchema,
+    struct_of,
+)
+from dlpack.tests import arrow_producers as ap
+from dlpack.tests.fake_cuda import EVENT, LEAVE, ctx, enter
+from dlpack.tests.helpers import lib
+
+PRIMITIVES = [  # (name, Arrow format, struct code)
+    ("int8", b"c", "b"), ("uint8", b"C", "B"), ("int16", b"s", "h"), ("uint16", b"S", "H"),
+    ("int32", b"i", "i"), ("uint32", b"I", "I"), ("int64", b"l", "q"), ("uint64", b"L", "Q"),
+    ("float16", b"e", "e"), ("float32", b"f", "f"), ("float64", b"g", "d")]
+
+
+def only(obj, method: str):
+    """An object speaking only ``method`` of obj (so one reader path is tested)."""
+    cls = type(f"Only_{method.strip('_')}", (), {
+        method: lambda self, *a, **k: getattr(obj, method)(*a, **k)})
+    return cls()
+
+
+def collected(ref) -> bool:
+    gc.collect()
+    return ref() is None
+
+
+# -- in: ctypes producers -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "fmt", "code"), PRIMITIVES)
+def test_primitive_zero_copy_read_only(name, fmt, code):
+    col = ap.primitive(code, [0, 1, 2, 3, 4], fmt, offset=1)
+    col.length = 4
+    dl = asdlpack(ap.ArrayProducer(col))
+    size = dl.itemsize
+    assert (dl.dtype.name, dl.shape, dl.strides, dl.readonly) == (name, (4,), (1,), True)
+    assert dl.data_ptr == col.buffers[1].value + size          # offset applied
+    assert list(struct.unpack(f"=4{code}", bytes(dl))) == [1, 2, 3, 4]
+    assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & 1     # READ_ONLY travels
+
+
+def test_struct_unwrapped_with_both_offsets():
+    values = ap.primitive("d", [float(i) for i in range(8)], b"g", offset=2)
+    values.length = 6
+    col = ap.Col(b"+s", 3, offset=1, buffers=[None], children=[values])
+    dl = asdlpack(ap.ArrayProducer(col))
+    assert memoryview(dl).tolist() == [3.0, 4.0, 5.0]
+
+
+def test_release_exactly_once_after_every_view():
+    np = lib("numpy")
+    obj = ap.ArrayProducer(ap.primitive("f", [1, 2, 3], b"f"))
+    dl = asdlpack(obj)
+    assert obj.released == {"schema": 1}                  # the schema at once, after reading
+    a = np.from_dlpack(dl)
+    m = memoryview(dl)
+    del dl
+    gc.collect()
+    assert obj.released == {"schema": 1}
+    assert not a.flags.writeable and a.tolist() == [1, 2, 3]
+    del a
+    gc.collect()
+    assert obj.released == {"schema": 1}
+    del m
+    gc.collect()
+    assert obj.released == {"schema": 1, "array": 1}
+
+
+def test_release_exactly_once_through_torch():
+    torch = lib("torch")
+    obj = ap.ArrayProducer(ap.primitive("i", [5, 6, 7], b"i"))
+    t = torch.from_dlpack(asdlpack(obj))
+    gc.collect()
+    assert obj.released == {"schema": 1} and t.tolist() == [5, 6, 7]
+    del t
+    gc.collect()
+    assert obj.released == {"schema": 1, "array": 1}
+
+
+def test_stream_chunks_and_stream_released_once():
+    empty = ap.Col(b"i", 0, buffers=[None, None])
+    obj = ap.StreamProducer(ap.Col(b"i"), [empty, ap.primitive("i", [7, 8], b"i"), empty])
+    dl = asdlpack(obj)
+    assert memoryview(dl).tolist() == [7, 8]
+    assert obj.released == {"schema": 1, "chunk0": 1, "chunk2": 1}
+    del dl
+    gc.collect()
+    assert obj.released == {"schema": 1, "chunk0": 1, "chunk1": 1, "chunk2": 1, "stream": 1}
+
+
+def test_cpu_device_ids():
+    for did in (-1, 0):
+        dl = asdlpack(ap.DeviceProducer(ap.primitive("f", [1, 2], b"f"), 1, did))
+        assert dl.device == (DLDeviceType.kDLCPU, 0)
+
+
+# -- in: CUDA device arrays (the strict fake driver) ----------------------------------------------
+
+def _floats(*values) -> bytes:
+    return struct.pack(f"={len(values)}f", *values)
+
+
+def _cuda(fake, kind=2, device_id=1, event=True, data=None):
+    """An Arrow device array of three float32 (device memory unless kind is pinned or managed)
+    whose values a producer's kernel writes on a stream of its own; with event, its
+    sync_event is recorded after that kernel. Returns (dl, pointer, producer stream, event)."""
+    device = max(device_id, 0)
+    if kind == 2:
+        ptr = fake.device_array(_floats(0, 0, 0), device=device)
+    else:
+        data = data if data is not None else (ctypes.c_float * 3)()
+        ptr = (fake.pinned if kind == 3 else fake.managed)(data, device=device)
+    producer = fake.stream(device=device)
+    fake.kernel(producer, ptr, _floats(1, 2, 3), device=device)
+    ev = fake.record(producer, device=device) if event else None
+    col = ap.primitive("f", [0, 0, 0], b"f")
+    col.buffers[1] = ap.Address(ptr)
+    dl = asdlpack(ap.DeviceProducer(col, kind, device_id, ev))
+    return dl, ptr, producer, ev
+
+
+def test_cuda_sync_event_waited_on_consumer_stream(fake):
+    """The consumer's stream waits for the producer's event: a consumer kernel reads what the
+    producer wrote, however late the producer runs (held shut until after the export)."""
+    dl, ptr, producer, ev = _cuda(fake)
+    assert dl.device == (DLDeviceType.kDLCUDA, 1) and fake.calls == []
+    consumer = fake.stream(device=1)
+    fake.hold(producer, device=1)
+    dl.__dlpack__(stream=consumer, max_version=(1, 0))
+    assert fake.calls == [("cuStreamGetCtx", consumer), ("cuCtxPushCurrent", ctx(1)),
+                          ("cuStreamWaitEvent", consumer, ev, 0), *LEAVE]
+    seen = fake.consume(consumer, ptr, 12, device=1)
+    fake.run()
+    assert seen.value is None                           # the producer has not run: nor has it
+    fake.release(producer, device=1)
+    fake.run()
+    assert seen.value == _floats(1, 2, 3)
+    fake.calls.clear()
+    dl.__dlpack__(stream=-1, max_version=(1, 0))
+    assert fake.calls == []
+    dl.__dlpack__(max_version=(1, 0))                   # None: the legacy default stream
+    assert fake.calls == [*enter(1, True), ("cuStreamWaitEvent", 1, ev, 0), *LEAVE]
+
+
+def test_cuda_sync_event_synchronised_before_host_reads(fake):
+    """Host reads (buffer protocol, host copies) wait for the event first: the values the
+    producer's queued kernel writes, never the old ones."""
+    dl, _, _, ev = _cuda(fake, kind=3, device_id=-1)    # pinned host memory: device 0
+    assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
+    assert memoryview(dl).tolist() == [1, 2, 3]
+    assert fake.calls == [*enter(0, True), ("cuEventSynchronize", ev), *LEAVE]
+    dl, _, _, ev = _cuda(fake)
+    fake.calls.clear()
+    host = todict(cap := dl.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))
+    assert fake.calls[:4] == [*enter(1, True), ("cuEventSynchronize", ev)]
+    assert ctypes.string_at(host["data"], 12) == _floats(1, 2, 3)
+    del cap
+    fake.calls.clear()
+    assert dl.__cuda_array_interface__["stream"] is None
+    assert ("cuEventSynchronize", ev) in fake.calls
+
+
+def test_cuda_without_event_needs_no_sync(fake):
+    dl, *_ = _cuda(fake, kind=13, event=False)
+    assert dl.device == (DLDeviceType.kDLCUDAManaged, 1)
+    dl.__dlpack__(stream=fake.stream(device=1), max_version=(1, 0))
+    assert fake.calls == []
+
+
+def _cai_on(fake, stream, device=1):
+    ptr = fake.device_array(_floats(0, 0, 0), device=device)
+
+    class CAI:
+        def __init__(self) -> None:
+            self.__cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "version": 3,
+                                             "data": (ptr, False), "stream": stream}
+
+    return CAI(), ptr
+
+
+def test_cuda_export_records_an_event(fake):
+    """A DLPackObject exporting CUDA data to Arrow records an event on the producer's stream,
+    in that stream's context, and destroys it there after the last struct is released."""
+    producer = fake.stream(device=1)
+    obj, ptr = _cai_on(fake, producer)
+    dl = asdlpack(obj)
+    fake.calls.clear()
+    with pytest.raises(BufferError, match="__arrow_c_device_array__"):
+        dl.__arrow_c_array__()
+    fake.hold(producer, device=1)
+    fake.kernel(producer, ptr, _floats(4, 5, 6), device=1)
+    schema, array = dl.__arrow_c_device_array__()
+    d = struct_of(array, b"arrow_device_array")
+    assert (d.device_type, d.device_id) == (2, 1)
+    assert ctypes.c_void_p.from_address(d.sync_event).value == EVENT
+    assert d.array.buffers[1] == ptr
+    assert fake.calls == [("cuStreamGetCtx", producer), ("cuCtxPushCurrent", ctx(1)),
+                          ("cuEventCreate", 2), ("cuEventRecord", EVENT, producer), *LEAVE]
+    consumer = fake.stream(device=1)        # an Arrow consumer waiting on the sync_event
+    fake.wait_event(consumer, EVENT, device=1)
+    seen = fake.consume(consumer, ptr, 12, device=1)
+    fake.release(producer, device=1)
+    fake.run()
+    assert seen.value == _floats(4, 5, 6)
+    fake.calls.clear()
+    del schema, array, d
+    gc.collect()
+    assert fake.calls == [("cuCtxPushCurrent", ctx(1)), ("cuEventDestroy", EVENT), *LEAVE]
+
+
+def test_cuda_device_stream_event_outlives_the_stream(fake):
+    obj, _ = _cai_on(fake, fake.stream(device=1))
+    cap = asdlpack(obj).__arrow_c_device_stream__()
+    st = struct_of(cap, b"arrow_device_array_stream")
+    assert st.device_type == 2
+    chunk = ArrowDeviceArray()
+    assert st.get_next(st, chunk) == 0
+    assert ctypes.c_void_p.from_address(chunk.sync_event).value == EVENT
+    _callback(st.release)(st)
+    del cap
+    gc.collect()
+    assert ("cuEventDestroy", EVENT) not in fake.calls      # the chunk still waits on it
+    _callback(chunk.array.release)(chunk.array)
+    assert ("cuEventDestroy", EVENT) in fake.calls
+
+
+def test_cuda_pinned_data_to_a_cpu_arrow_consumer_synchronises(fake):
+    data = (ctypes.c_float * 3)()
+    dl, _, _, ev = _cuda(fake, kind=3, device_id=0, data=data)
+    _, array = dl.__arrow_c_array__()
+    assert struct_of(array, b"arrow_array").buffers[1] == dl.data_ptr
+    assert ("cuEventSynchronize", ev) in fake.calls
+    assert list(data) == [1, 2, 3]                      # the producer's kernel has run
+
+
+def test_cuda_round_trip_hands_the_producers_event_on(fake):
+    dl, _, _, ev = _cuda(fake)
+    _, array = dl.__arrow_c_device_array__()
+    d = struct_of(array, b"arrow_device_array")
+    assert ctypes.c_void_p.from_address(d.sync_event).value == ev
+    assert fake.calls == []
+
+
+# -- out: the structs a DLPackObject hands out ---------------------------------------------------
+
+def _array(dl, method="__arrow_c_array__"):
+    schema, array = getattr(dl, method)()
+    s = struct_of(schema, b"arrow_schema")
+    a = struct_of(array, b"arrow_array" if method == "__arrow_c_array__" else
+                  b"arrow_device_array")
+    return (schema, array), s, a if method == "__arrow_c_array__" else a.array
+
+
+def test_export_primitive_fields():
+    import array as stdlib_array
+
+    src = stdlib_array.array("f", [1, 2, 3])
+    dl = asdlpack(src)
+    _keep, s, a = _array(dl)
+    assert (s.format, s.name, s.metadata, s.n_children) == (b"f", b"", None, 0)
+    assert (a.length, a.null_count, a.offset, a.n_buffers, a.n_children) == (3, 0, 0, 2, 0)
+    assert (a.buffers[0], a.buffers[1]) == (None, dl.data_ptr)
+    (_, device), _, _ = _array(dl, "__arrow_c_device_array__")
+    d = struct_of(device, b"arrow_device_array")
+    assert (d.device_type, d.device_id, d.sync_event) == (1, -1, None)
+
+
+def _metadata(address: int) -> dict[bytes, bytes]:
+    """Arrow's binary metadata read field by field (never past its end)."""
+    def int32(at: int) -> int:
+        return struct.unpack("=i", ctypes.string_at(at, 4))[0]
+
+    pairs, at = {}, address + 4
+    for _ in range(int32(address)):
+        klen = int32(at)
+        key = ctypes.string_at(at + 4, klen)
+        at += 4 + klen
+        vlen = int32(at)
+        pairs[key] = ctypes.string_at(at + 4, vlen)
+        at += 4 + vlen
+    return pairs
+
+
+def test_export_tensor_and_bool8_fields():
+    _keep, s, a = _array(asdlpack(memoryview(bytearray(24)).cast("B", (2, 3, 4))))
+    assert s.format == b"+w:12" and s.children[0].contents.format == b"C"
+    assert s.children[0].contents.name == b"item"
+    assert _metadata(s.metadata) == {b"ARROW:extension:name": b"arrow.fixed_shape_tensor",
+                                     b"ARROW:extension:metadata": b'{"shape":[3,4]}'}
+    assert (a.length, a.n_buffers, a.n_children) == (2, 1, 1)
+    child = a.children[0].contents
+    assert (child.length, child.n_buffers, child.buffers[0]) == (24, 2, None)
+    _keep, s, a = _array(asdlpack(memoryview(b"\x01\x00\x01").cast("?")))
+    assert s.format == b"c" and _metadata(s.metadata) == {
+        b"ARROW:extension:name": b"arrow.bool8", b"ARROW:extension:metadata": b""}
+
+
+def _callback(field):
+    """A function pointer read out of a struct field (ctypes' field object aliases the field)."""
+    return type(field)(ctypes.cast(field, ctypes.c_void_p).value)
+
+
+def test_export_release_callbacks_idempotent_and_hold_the_data():
+    dl = asdlpack(bytearray(b"abcd"))
+    ref = weakref.ref(dl)
+    schema, array = dl.__arrow_c_array__()
+    moved = ArrowArray()                    # a consumer moves the struct out of the capsule
+    src = struct_of(array, b"arrow_array")
+    ctypes.memmove(ctypes.addressof(moved), ctypes.addressof(src), ctypes.sizeof(ArrowArray))
+    src.release = type(src.release)()
+    del dl, array, src
+    assert not collected(ref)               # the moved struct holds the DLPackObject
+    release = _callback(moved.release)      # a copy: the field is set to NULL by the call
+    release(moved)
+    assert not moved.release and collected(ref)
+    release(moved)                          # a second call finds release NULL: nothing
+    s = struct_of(schema, b"arrow_schema")
+    release = _callback(s.release)
+    release(s)
+    release(s)
+    assert not s.release
+
+
+def test_export_unconsumed_capsules_free_everything():
+    dl = asdlpack(bytearray(8))
+    ref = weakref.ref(dl)
+    caps = [dl.__arrow_c_array__(), dl.__arrow_c_stream__(), dl.__arrow_c_device_array__(),
+            dl.__arrow_c_device_stream__(), dl.__arrow_c_schema__()]
+    del dl
+    assert not collected(ref)
+    del caps
+    assert collected(ref)
+
+
+def test_export_stream_protocol():
+    dl = asdlpack(memoryview(bytearray(range(12))).cast("B", (3, 4)))
+    ref = weakref.ref(dl)
+    cap = dl.__arrow_c_stream__()
+    st = struct_of(cap, b"arrow_array_stream")
+    s1, s2, a, end = ArrowSchema(), ArrowSchema(), ArrowArray(), ArrowArray()
+    assert st.get_schema(st, s1) == 0 and st.get_schema(st, s2) == 0
+    assert s1.format == s2.format == b"+w:4" and ctypes.addressof(s1) != ctypes.addressof(s2)
+    assert st.get_next(st, a) == 0 and a.release and a.length == 3
+    assert st.get_next(st, end) == 0 and not end.release
+    st.release(st)                          # the chunk outlives the stream
+    assert not st.release
+    del dl
+    assert not collected(ref)
+    assert a.children[0].contents.buffers[1] == ctypes.addressof(ctypes.c_char.from_buffer(
+        ref().base))
+    for x in (s1, s2, a):
+        x.release(x)
+    assert collected(ref)
+
+
+def test_export_device_stream_protocol():
+    dl = asdlpack(bytearray(4))
+    cap = dl.__arrow_c_device_stream__()
+    st = struct_of(cap, b"arrow_device_array_stream")
+    assert st.device_type == 1
+    a, end = ArrowDeviceArray(), ArrowDeviceArray()
+    assert st.get_next(st, a) == 0 and (a.device_type, a.device_id, a.sync_event) == (1, -1, None)
+    assert st.get_next(st, end) == 0 and not end.array.release
+    a.array.release(a.array)
+    st.release(st)
+    assert isinstance(st, ArrowDeviceArrayStream) and isinstance(end, ArrowDeviceArray)
+
+
+def test_export_released_on_another_thread_without_the_gil():
+    dl = asdlpack(bytearray(64))
+    ref = weakref.ref(dl)
+    _, array = dl.__arrow_c_array__()
+    moved = ArrowArray()
+    src = struct_of(array, b"arrow_array")
+    ctypes.memmove(ctypes.addressof(moved), ctypes.addressof(src), ctypes.sizeof(ArrowArray))
+    src.release = type(src.release)()
+    del dl, array, src
+    # a CFUNCTYPE call releases the GIL: the callback takes it to drop the DLPackObject
+    t = threading.Thread(target=_callback(moved.release), args=(moved,))
+    t.start()
+    t.join()
+    assert collected(ref)
+
+
+def test_export_stream_used_from_another_thread():
+    dl = asdlpack(bytearray(range(4)))
+    cap = dl.__arrow_c_stream__()
+    st = struct_of(cap, b"arrow_array_stream")
+    out = ArrowArray()
+    t = threading.Thread(target=_callback(st.get_next), args=(st, out))
+    t.start()
+    t.join()
+    assert out.length == 4
+    out.release(out)
+    st.release(st)
+
+
+# -- in: real producers --------------------------------------------------------------------------
+
+def test_pyarrow_every_primitive_matches_its_own_dlpack():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    for name, _, _ in PRIMITIVES:
+        arr = pa.array(np.arange(7).astype(name)).slice(2, 4)
+        ours = asdlpack(only(arr, "__arrow_c_array__"))
+        theirs = todict(arr)
+        assert (ours.data_ptr, ours.shape, ours.dtype.name) == (
+            theirs["data"] + theirs["byte_offset"], theirs["shape"], name)
+        assert np.from_dlpack(ours).tolist() == [2, 3, 4, 5]
+
+
+def test_pyarrow_refusals_name_the_way_out():
+    pa = lib("pyarrow")
+    with pytest.raises(BufferError, match="fill_null") as e:
+        asdlpack(pa.array([1.0, None, 3.0]))
+    assert type(e.value.__cause__).__name__ == "ArrowTypeError"     # PyArrow's __dlpack__
+    with pytest.raises(BufferError, match=r"pc\.cast\(arr, pa\.uint8\(\)\).*bool8"):
+        asdlpack(pa.array([True, False]))
+    with pytest.raises(BufferError, match=r"tsu.*int64"):
+        asdlpack(pa.array([1], pa.timestamp("us")))
+    with pytest.raises(BufferError, match="indices"):
+        asdlpack(pa.array([1, 2, 1]).dictionary_encode())
+
+
+def test_pyarrow_nulls_outside_a_slice_are_fine():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    arr = pa.array([None, 1.0, 2.0, None]).slice(1, 2)
+    assert np.from_dlpack(asdlpack(arr)).tolist() == [1.0, 2.0]
+
+
+def test_pyarrow_bool8_is_dlpack_bool():
+    pa = lib("pyarrow")
+    torch = lib("torch")
+    storage = pa.array([1, 0, 1], pa.int8())
+    arr = pa.ExtensionArray.from_storage(pa.bool8(), storage)
+    dl = asdlpack(arr)
+    assert dl.dtype.name == "bool" and dl.data_ptr == storage.buffers()[1].address
+    assert torch.from_dlpack(dl).tolist() == [True, False, True]
+
+
+def test_pyarrow_nested_fixed_size_lists_both_offsets():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    values = pa.array(np.arange(40, dtype=np.int16)).slice(1)
+    inner = pa.FixedSizeListArray.from_arrays(values, 3).slice(1)
+    outer = pa.FixedSizeListArray.from_arrays(inner, 2).slice(1, 3)
+    dl = asdlpack(outer)
+    got = np.from_dlpack(dl)
+    assert got.shape == (3, 2, 3) and got.tolist() == outer.to_pylist()
+    assert dl.data_ptr == values.buffers()[1].address + 2 * (1 + 3 * (1 + 2 * 1))
+
+
+@pytest.mark.parametrize("shape", [[2, 3], [3, 4, 5], [2, 1, 3, 2]])
+def test_pyarrow_fixed_shape_tensor_strides_as_pyarrow_gives_them(shape):
+    """Every permutation: the view PyArrow's to_numpy_ndarray() and __dlpack__ give, or the
+    refusal PyArrow gives (its strides overrun the rows for some permutations)."""
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    torch = lib("torch")
+    cells = int(np.prod(shape))
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(3 * cells, dtype=np.int32)),
+                                                cells)
+    for perm in itertools.permutations(range(len(shape))):
+        arr = pa.ExtensionArray.from_storage(
+            pa.fixed_shape_tensor(pa.int32(), shape, permutation=list(perm)), storage)
+        try:
+            ref = arr.to_numpy_ndarray()
+        except pa.ArrowInvalid:
+            with pytest.raises(BufferError, match="permutation"):
+                asdlpack(only(arr, "__arrow_c_array__"))
+            continue
+        got = np.from_dlpack(asdlpack(only(arr, "__arrow_c_array__")))
+        assert (got.shape, got.strides, got.ctypes.data) == (
+            ref.shape, ref.strides, ref.ctypes.data), perm
+        assert list(torch.from_dlpack(arr).stride()) == [s // 4 for s in got.strides]
+
+
+def test_pyarrow_fixed_shape_tensor_issue_example():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(120, dtype=np.float32)), 60)
+    arr = pa.ExtensionArray.from_storage(
+        pa.fixed_shape_tensor(pa.float32(), [3, 4, 5], permutation=[2, 0, 1]), storage)
+    dl = asdlpack(only(arr, "__arrow_c_array__"))
+    assert (dl.shape, dl.strides) == ((2, 5, 3, 4), (60, 1, 15, 3))
+
+
+def test_pyarrow_streams_tables_and_batches():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    chunk = pa.array(np.arange(4, dtype=np.float32))
+    dl = asdlpack(pa.chunked_array([chunk[:0], chunk, chunk[:0]]))
+    assert dl.data_ptr == chunk.buffers()[1].address
+    assert asdlpack(pa.chunked_array([], pa.int16())).shape == (0,)
+    assert asdlpack(pa.chunked_array([], pa.list_(pa.int16(), 3))).shape == (0, 3)
+    with pytest.raises(BufferError, match="combine_chunks"):
+        asdlpack(pa.chunked_array([chunk, chunk]))
+    assert asdlpack(pa.table({"x": chunk})).data_ptr == chunk.buffers()[1].address
+    assert asdlpack(pa.record_batch({"x": chunk})).data_ptr == chunk.buffers()[1].address
+    with pytest.raises(BufferError, match=r"2 columns \('x', 'y'\)"):
+        asdlpack(pa.record_batch({"x": chunk, "y": chunk}))
+
+
+def test_polars():
+    pl = lib("polars")
+    np = lib("numpy")
+    torch = lib("torch")
+    s = pl.Series("x", np.arange(6, dtype=np.float32))
+    dl = asdlpack(s)
+    assert dl.data_ptr == s.to_arrow().buffers()[1].address and dl.readonly
+    t = torch.from_dlpack(dl)
+    assert t.data_ptr() == dl.data_ptr and float(t.sum()) == 15.0
+    assert asdlpack(pl.DataFrame({"x": s})).data_ptr == dl.data_ptr
+    with pytest.raises(BufferError, match=r"rechunk\(\)"):
+        asdlpack(pl.concat([s, s], rechunk=False))
+    with pytest.raises(BufferError, match=r"select"):
+        asdlpack(pl.DataFrame({"x": s, "y": s}))
+    with pytest.raises(BufferError, match="fill_null"):
+        asdlpack(pl.Series([1.0, None]))
+    with pytest.raises(BufferError, match="bool8"):
+        asdlpack(pl.Series([True, False]))
+    arr = pl.Series([[1, 2], [3, 4], [5, 6]], dtype=pl.Array(pl.Int32, 2))
+    assert np.from_dlpack(asdlpack(arr)).tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert np.from_dlpack(asdlpack(s.slice(2, 3))).tolist() == [2.0, 3.0, 4.0]
+
+
+def test_polars_series_release_after_last_view():
+    pl = lib("polars")
+    np = lib("numpy")
+    s = pl.Series(np.arange(1000, dtype=np.float64))
+    a = np.from_dlpack(asdlpack(s))
+    address = a.ctypes.data
+    del s
+    gc.collect()
+    assert a.ctypes.data == address and a[-1] == 999.0 and not a.flags.writeable
+
+
+def test_nanoarrow_arro3_pandas_duckdb():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    src = pa.array(np.arange(5, dtype=np.int64))
+    address = src.buffers()[1].address
+    na = pytest.importorskip("nanoarrow")
+    assert asdlpack(na.c_array(src)).data_ptr == address
+    assert asdlpack(na.Array(src)).data_ptr == address
+    a3 = pytest.importorskip("arro3.core")
+    assert asdlpack(a3.Array.from_arrow(src)).data_ptr == address
+    pd = pytest.importorskip("pandas")
+    s = pd.Series(pd.arrays.ArrowExtensionArray(src))
+    if hasattr(s, "__arrow_c_stream__"):       # pandas 3 (2.x Series speak no Arrow protocol)
+        assert asdlpack(s).data_ptr == address
+    duckdb = pytest.importorskip("duckdb")
+    rel = duckdb.sql("select (i * 2)::float as x from range(5) t(i)")
+    dl = asdlpack(rel)
+    assert np.from_dlpack(dl).tolist() == [0, 2, 4, 6, 8] and dl.readonly
+    with pytest.raises(BufferError, match=r"relation\.select"):
+        asdlpack(duckdb.sql("select 1 as a, 2 as b"))
+
+
+def test_jax_computes_on_arrow_data():
+    pl = lib("polars")
+    np = lib("numpy")
+    jnp = lib("jax.numpy")
+    s = pl.Series(np.arange(64, dtype=np.float32))
+    x = jnp.from_dlpack(asdlpack(s, allow_legacy_readonly=True))
+    assert float(jnp.sum(x * 2)) == 2 * 2016.0
+
+
+def test_tensorflow_kernel_on_arrow_data():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    tf = lib("tensorflow")
+    # Arrow's allocator aligns to 64 bytes; TensorFlow aborts the process on less
+    values = pa.array([float(i) for i in range(12)], pa.float32())
+    arr = pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.float32(), [2, 2]),
+                                         pa.FixedSizeListArray.from_arrays(values, 4))
+    dl = asdlpack(arr, allow_legacy_readonly=True)
+    assert dl.data_ptr % 64 == 0
+    t = tf.experimental.dlpack.from_dlpack(dl.__dlpack__())
+    assert tf.reduce_sum(tf.linalg.matmul(t, t)).numpy() == float(
+        np.sum(np.arange(12, dtype=np.float32).reshape(3, 2, 2) @ np.arange(
+            12, dtype=np.float32).reshape(3, 2, 2)))
+
+
+# -- out: real consumers -------------------------------------------------------------------------
+
+def _consumers():
+    out = {}
+    pa = pytest.importorskip("pyarrow")
+    out["pyarrow"] = (pa.array, lambda r: r.buffers()[1].address)
+    for name, mod, make in [
+            ("polars", "polars", lambda m: m.Series), ("pl.from_arrow", "polars",
+                                                         lambda m: m.from_arrow),
+            ("nanoarrow", "nanoarrow", lambda m: m.Array),
+            ("na.c_array", "nanoarrow", lambda m: m.c_array),
+            ("arro3", "arro3.core", lambda m: m.Array.from_arrow)]:
+        try:
+            m = __import__(mod, fromlist=["_"])
+        except ImportError:
+            continue
+        out[name] = (make(m), lambda r: asdlpack(r).data_ptr)
+    out["pyarrow.chunked"] = (pa.chunked_array, lambda r: r.chunk(0).buffers()[1].address)
+    return out
+
+
+@pytest.mark.parametrize("name", ["int8", "uint16", "int32", "int64", "float16", "float32",
+                                  "float64", "bool"])
+def test_torch_to_arrow_consumers_zero_copy(name):
+    torch = lib("torch")
+    t = torch.arange(6).to(getattr(torch, name)) if name != "bool" else torch.tensor(
+        [True, False, True])
+    for consumer, (make, address) in _consumers().items():
+        dl = asdlpack(t)
+        got = make(dl)
+        assert address(got) == t.data_ptr(), consumer          # the Arrow path, not iteration
+        back = torch.from_dlpack(asdlpack(got))
+        assert torch.equal(back, t), consumer
+
+
+def test_numpy_tensor_to_pyarrow_fixed_shape_tensor():
+    np = lib("numpy")
+    pa = lib("pyarrow")
+    x = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    arr = pa.array(asdlpack(x))
+    assert arr.type.shape == [3, 4]
+    back = arr.to_numpy_ndarray()
+    assert np.array_equal(back, x) and back.ctypes.data == x.ctypes.data
+    assert pa.array(asdlpack(np.float32(2.5))).to_pylist() == [2.5]     # 0-d: one value
+
+
+def test_writes_through_the_tensor_show_in_arrow():
+    torch = lib("torch")
+    pa = lib("pyarrow")
+    t = torch.zeros(4)
+    arr = pa.array(asdlpack(t))
+    t[2] = 7
+    assert arr.to_pylist() == [0, 0, 7, 0]
+
+
+def test_arrow_consumer_keeps_the_tensor_alive():
+    torch = lib("torch")
+    pa = lib("pyarrow")
+    t = torch.arange(1000.0)
+    dl = asdlpack(t)
+    ref = weakref.ref(dl)
+    arr = pa.array(dl)
+    del dl, t
+    assert not collected(ref)
+    assert arr[999].as_py() == 999.0
+    del arr
+    assert collected(ref)
+
+
+def test_requested_schema_negotiation():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    dl = asdlpack(np.ones((2, 3), np.float32))
+    assert pa.array(dl, type=pa.list_(pa.float32(), 3)).type == pa.list_(pa.float32(), 3)
+    with pytest.raises(BufferError, match="does not cast"):
+        pa.array(dl, type=pa.list_(pa.float64(), 3))
+    b = asdlpack(np.array([True, False]))
+    assert pa.array(b, type=pa.int8()).to_pylist() == [1, 0]
+    with pytest.raises(BufferError, match="does not cast"):
+        pa.array(asdlpack(np.arange(3.0)), type=pa.float32())
+
+
+def test_jax_to_polars_values():
+    jnp = lib("jax.numpy")
+    pl = lib("polars")
+    x = jnp.arange(8, dtype=jnp.float32) * 3
+    s = pl.Series(asdlpack(x))
+    assert s.to_list() == [3.0 * i for i in range(8)]
+    assert s.dtype == pl.Float32
+
+
+# -- the checker's Arrow rules (dlpack.check_arrow) ----------------------------------------------
+
+def _verdicts(factory) -> dict[str, str]:
+    """The Arrow rules' verdicts of dlpack.check (which grades every rule)."""
+    from dlpack.check import check
+    from dlpack.check_arrow import RULES
+
+    return {r.rule: r.status for r in check(factory) if r.rule in RULES}
+
+
+def _good():
+    return ap.ArrayProducer(ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f"), destructor=True)
+
+
+def test_checker_passes_a_conforming_producer():
+    from dlpack.check_arrow import RULES
+
+    got = _verdicts(_good)
+    assert list(got) == RULES and set(got.values()) == {"pass"}, got
+
+
+def test_checker_flags_leaks_and_double_releases():
+    assert _verdicts(lambda: ap.ArrayProducer(ap.primitive("f", [1, 2], b"f")))[
+        "arrow-release-unconsumed"] == "fail"                 # no destructor: a leak
+    ap.RELEASES_ON_DROP[0] = 2
+    try:
+        got = _verdicts(_good)
+    finally:
+        ap.RELEASES_ON_DROP[0] = 1
+    assert got["arrow-release-unconsumed"] == "fail"
+
+
+def test_checker_flags_a_null_count_the_bitmap_contradicts():
+    def lying():
+        col = ap.primitive("f", [1, 2, 3, 4], b"f")
+        col.buffers[0] = ap.bitmap("1011")          # one null, null_count 0
+        return ap.ArrayProducer(col, destructor=True)
+
+    assert _verdicts(lying)["arrow-nulls"] == "fail"
+
+
+def test_checker_flags_a_slice_that_loses_its_offset():
+    class Sliceable(ap.ArrayProducer):
+        def slice(self, start, length):
+            col = ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f")
+            col.buffers[1] = self.col.buffers[1]    # the same memory, offset dropped
+            col.length = length
+            return ap.ArrayProducer(col, destructor=True)
+
+    got = _verdicts(lambda: Sliceable(ap.primitive("f", [0, 1, 2, 3, 4, 5], b"f"),
+                                      destructor=True))
+    assert got["arrow-offsets"] == "fail", got
+
+
+@pytest.mark.parametrize("factory", ["pyarrow", "pyarrow_chunked", "polars", "polars_nulls",
+                                     "nanoarrow", "arro3", "pandas", "duckdb"])
+def test_checker_real_arrow_producers(factory):
+    from dlpack import _check_factories as f
+
+    modules = {"pyarrow_chunked": "pyarrow", "polars_nulls": "polars", "arro3": "arro3.core"}
+    lib(modules.get(factory, factory))
+    got = _verdicts(getattr(f, factory))
+    assert "fail" not in got.values(), got
+
+
+# -- where the Arrow step sits in asdlpack's order (docs/spec.md §3) ------------------------------
+
+def test_order_dlpack_then_array_interfaces_then_arrow():
+    import array as stdlib_array
+
+    data = stdlib_array.array("d", [1.0, 2.0, 3.0, 4.0])
+    arrow = ap.ArrayProducer(ap.primitive("f", [9, 9], b"f"))
+
+    class Both:
+        """A tensor protocol on the type (as Pillow 13's images have) and an Arrow one."""
+
+        @property
+        def __array_interface__(self):
+            return {"shape": (2, 2), "typestr": "<f8", "data": data, "version": 3}
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return arrow.__arrow_c_array__()
+
+    assert asdlpack(Both()).shape == (2, 2)
+
+    class RefusingDLPack:
+        def __dlpack__(self, **kwargs):
+            raise BufferError("__dlpack__: not this one")
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return arrow.__arrow_c_array__()
+
+    assert asdlpack(RefusingDLPack()).shape == (2,)
+
+
+def test_pillow_image_keeps_its_array_interface():
+    image = lib("PIL.Image")
+    im = image.new("RGB", (4, 3))
+    assert asdlpack(im).shape == (3, 4, 3)          # not Pillow's Arrow export of pixels
