@@ -1,15 +1,38 @@
 # Ownership: adopting a producer's managed tensor, the export block we hand out, its deleters,
-# the one capsule destructor for both capsule names, and the copy routine.
+# the capsule destructors (one per struct kind), and the copy routine.
 
 
 cdef extern from "Python.h":
-    int PyGILState_Check() nogil
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() nogil
+    void PyGILState_Release(PyGILState_STATE) nogil
     void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+    # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
+    void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
 
-cdef extern from "string.h":
-    int strcmp(const char *, const char *) nogil
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define dlpk_finalizing() Py_IsFinalizing()
+    #define dlpk_attached() PyThreadState_GetUnchecked()
+    #else
+    #define dlpk_finalizing() _Py_IsFinalizing()
+    #define dlpk_attached() _PyThreadState_UncheckedGet()
+    #endif
+    /* Whether this thread holds the GIL through its own thread state. Unlike
+       PyGILState_Check, which answers 1 once a subinterpreter has existed, this stays true. */
+    static inline int dlpk_holds_gil(void) {
+        PyThreadState *t = dlpk_attached();
+        return t != NULL && t == PyGILState_GetThisThreadState();
+    }
+    """
+    int _finalizing "dlpk_finalizing"() nogil
+    int _holds_gil "dlpk_holds_gil"() nogil
+
+cdef extern from "stdlib.h":
+    int posix_memalign(void **, size_t, size_t) nogil
 
 
 # -- producers' tensors we own ------------------------------------------------------------------
@@ -32,8 +55,9 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     ``legacy_writable``).
     """
     cdef DLPackObject self
-    cdef DLTensor *t
-    cdef DLManagedTensorVersioned *mv = <DLManagedTensorVersioned *>m
+    cdef DLTensor t
+    cdef DLPackVersion version
+    cdef uint64_t flags = 0
     cdef uintptr_t data
     if m == NULL:
         raise BufferError(f"{protocol}: the managed tensor pointer is NULL")
@@ -41,23 +65,24 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     self._managed = m                   # from here on, dropping self calls the deleter once
     self._managed_versioned = versioned
     self._base = base
+    # The struct and its shape and strides are copied once, before any Python code can run;
+    # only the copy is read after that (docs/spec.md §7).
     if versioned:
-        if mv.version.major > DLPACK_MAJOR:
-            raise BufferError(f"{protocol}: field 'version' = {mv.version.major}."
-                              f"{mv.version.minor} has a newer major version than this pydlpack "
+        version = (<DLManagedTensorVersioned *>m).version
+        if version.major > DLPACK_MAJOR:
+            raise BufferError(f"{protocol}: field 'version' = {version.major}."
+                              f"{version.minor} has a newer major version than this pydlpack "
                               f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
-        t = &mv.dl_tensor
-        self._flags = mv.flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+        t = (<DLManagedTensorVersioned *>m).dl_tensor
+        flags = (<DLManagedTensorVersioned *>m).flags
     else:
-        t = &(<DLManagedTensor *>m).dl_tensor
+        t = (<DLManagedTensor *>m).dl_tensor
+    _copy_dims(self, &t, protocol)
+    if versioned:
+        self._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+    else:
         self._flags = FLAG_READ_ONLY
         self._legacy_import = True
-    if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
-    self._alloc_dims(t.ndim, protocol)
-    memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
-    if t.strides != NULL:
-        memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
     data = <uintptr_t>t.data
     if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
         raise BufferError(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
@@ -71,13 +96,41 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     return self
 
 
+cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
+    """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    self._alloc_dims(t.ndim, protocol)
+    if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
+        memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
+        if t.strides != NULL:
+            memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
+    return 0
+
+
 # -- the export block: one allocation per exported tensor ---------------------------------------
+
+cdef enum:
+    COPY_ALIGN = 256        # copies start here (dlpack.h's advice; TensorFlow aborts below 64)
+
 
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
                                size_t *data_at) noexcept nogil:
-    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 64 bytes."""
+    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 256 bytes
+    from the block's start, which _alloc_block puts on a 256-byte boundary."""
     dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + 63) & ~(<size_t>63)
+    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + COPY_ALIGN - 1) & ~(
+        <size_t>COPY_ALIGN - 1)
+
+
+cdef inline char *_alloc_block(size_t size, bint copy) noexcept nogil:
+    """An export block (freed with free): on a 256-byte boundary when it holds a copy's data."""
+    cdef void *block = NULL
+    if not copy:
+        return <char *>malloc(size)
+    if posix_memalign(&block, COPY_ALIGN, size) != 0:
+        return NULL
+    return <char *>block
 
 
 cdef enum Export:
@@ -95,7 +148,8 @@ cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
 
 cdef void *_export(DLPackObject self, bint versioned, Export kind,
                    object owner=None) except NULL:
-    """One malloc holds the managed struct, shape, strides and (host copies) the data."""
+    """One allocation holds the managed struct, shape, strides and (host copies) the data,
+    which starts on a 256-byte boundary."""
     cdef int ndim = self.dl.ndim
     cdef size_t dims_at, data_at
     _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
@@ -106,7 +160,9 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
-    block = <char *>malloc(data_at + nbytes)
+    if kind != EXPORT_HOST_COPY:
+        data_at = dims_at + 2 * <size_t>ndim * sizeof(int64_t)      # no data in the block
+    block = _alloc_block(data_at + nbytes, kind == EXPORT_HOST_COPY)
     if block == NULL:
         raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
     if versioned:
@@ -194,17 +250,26 @@ cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
             hi[0] += step
 
 
-# -- deleters and the capsule destructor ---------------------------------------------------------
+# -- deleters and the capsule destructors --------------------------------------------------------
 
 cdef void _drop_context(void *ctx) noexcept nogil:
-    """Release the DLPackObject an export holds; after interpreter shutdown, leave it."""
-    if ctx == NULL or not Py_IsInitialized():
+    """Release the DLPackObject an export holds, from any thread, GIL held or not (spec §4).
+
+    The GIL is taken as NumPy's deleter takes it, with PyGILState_Ensure (PyGILState_Check
+    cannot tell: it answers 1 once a subinterpreter has existed). While the interpreter
+    finalizes, only the thread finalizing it may still run Python (another thread taking the
+    GIL would be stopped for good), and after shutdown none may: then the reference is left.
+    """
+    cdef PyGILState_STATE state
+    if ctx == NULL:
         return
-    if PyGILState_Check():              # the usual case: a Python consumer frees it
-        _decref_held(<PyObject *>ctx)
-    else:
-        with gil:
-            Py_XDECREF(<PyObject *>ctx)
+    if not Py_IsInitialized():
+        if _finalizing() and _holds_gil():
+            _decref_held(<PyObject *>ctx)
+        return
+    state = PyGILState_Ensure()
+    _decref_held(<PyObject *>ctx)
+    PyGILState_Release(state)
 
 
 cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:
@@ -223,22 +288,31 @@ cdef void _free_block(DLManagedTensorVersioned *m) noexcept nogil:
     free(m)
 
 
-cdef void _capsule_destructor(object capsule) noexcept:
-    """Free an export nobody consumed: only while the capsule keeps its unused name."""
+cdef inline void _delete_unconsumed(object capsule, bint versioned) noexcept:
+    """Free an export nobody consumed, read as the struct it was made with.
+
+    Unconsumed means the capsule still has a DLPack name a consumer has not taken (every
+    consumer renames it ``used_…``); a consumer that renamed one to the other kind's name does
+    not change which struct it holds.
+    """
     cdef PyObject *et
     cdef PyObject *ev
     cdef PyObject *tb
-    cdef const char *name = PyCapsule_GetName(capsule)
-    cdef void *m
-    if name == NULL:
+    cdef const char *name
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        name = b"dltensor_versioned"
+    elif PyCapsule_IsValid(capsule, b"dltensor"):
+        name = b"dltensor"
+    else:
         return
-    PyErr_Fetch(&et, &ev, &tb)
-    if strcmp(name, b"dltensor_versioned") == 0:
-        m = PyCapsule_GetPointer(capsule, name)
-        if m != NULL:
-            _delete_managed(m, True)
-    elif strcmp(name, b"dltensor") == 0:
-        m = PyCapsule_GetPointer(capsule, name)
-        if m != NULL:
-            _delete_managed(m, False)
+    PyErr_Fetch(&et, &ev, &tb)          # the deleter may run Python code (finalizers)
+    _delete_managed(_capsule_pointer(capsule, name), versioned)
     PyErr_Restore(et, ev, tb)
+
+
+cdef void _versioned_capsule_destructor(object capsule) noexcept:
+    _delete_unconsumed(capsule, True)
+
+
+cdef void _legacy_capsule_destructor(object capsule) noexcept:
+    _delete_unconsumed(capsule, False)

@@ -41,8 +41,9 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
         if do_copy and not _host_accessible(device_type):
             _fill_from_device(self, block, versioned)
     try:
-        return PyCapsule_New(block, b"dltensor_versioned" if versioned else b"dltensor",
-                             _capsule_destructor)
+        if versioned:
+            return PyCapsule_New(block, b"dltensor_versioned", _versioned_capsule_destructor)
+        return PyCapsule_New(block, b"dltensor", _legacy_capsule_destructor)
     except BaseException:
         _delete_managed(block, versioned)
         raise
