@@ -617,12 +617,15 @@ def todict(obj):
     Capsules are read, not consumed; ``__dlpack__`` objects are asked for a fresh capsule.
     """
     cdef DLPackObject d
+    cdef DLPackVersion version
     if PyCapsule_CheckExact(obj):
         return _capsule_dict(obj)
     if type(obj) is not DLPackObject and getattr(obj, "__dlpack__", None) is not None:
         return _capsule_dict(_call_dlpack(obj, None))
-    d = asdlpack(obj)
-    return _tensor_dict(&d.dl, (DLPACK_MAJOR, DLPACK_MINOR), d._flags, "asdlpack")
+    version.major = DLPACK_MAJOR
+    version.minor = DLPACK_MINOR
+    d = asdlpack(obj)         # a blank DLPackObject refuses here
+    return _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
 
 
 def _export_address(DLPackObject obj, bint versioned):

@@ -134,6 +134,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         given = STRIDES_BYTES
     data = d.get("data")
     self = _new_object()
+    self._keep = d if d is ai else (ai, d)  # what the interface keeps alive (NumPy's '__ref')
     self.dl.dtype.code = code
     self.dl.dtype.bits = bits
     self.dl.dtype.lanes = 1
