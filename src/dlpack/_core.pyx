@@ -9,8 +9,8 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_New, PyCapsule_SetName,
 )
-from cpython.exc cimport PyErr_Occurred
-from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
