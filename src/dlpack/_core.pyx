@@ -180,8 +180,23 @@ cdef inline DLPackObject _new_object():
         _making = outer
 
 
+cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack(obj)"
+
+
+cdef inline int _check_made(DLPackObject self) except -1:
+    """Refuse a blank object (every reader sets _isz >= 1 before handing one out).
+
+    Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
+    every export from it refuses.
+    """
+    if self._isz == 0:
+        raise TypeError(_UNMADE)
+    return 0
+
+
 @cython.final
 @cython.freelist(32)
+@cython.trashcan(True)      # a chain of views freeing each other unwinds without deep recursion
 cdef class DLPackObject:
     """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``.
 
@@ -214,10 +229,10 @@ cdef class DLPackObject:
     def __cinit__(self):
         self.dl.shape = self._inline
         if not _making:
-            raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
+            raise TypeError(_UNMADE)
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
+        raise TypeError(_UNMADE)
 
     def __dealloc__(self):
         self._release_view()
@@ -396,6 +411,7 @@ cdef class DLPackObject:
         return self._c_contig
 
     def __dlpack_device__(self):
+        _check_made(self)
         return _device_tuple(self.dl.device)
 
     def __repr__(self):
@@ -412,15 +428,18 @@ cdef class DLPackObject:
 
     def __reduce_ex__(self, protocol):
         """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        _check_made(self)
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule (array API signature); each call gives a new capsule."""
+        _check_made(self)
         return _dlpack_export(self, stream, max_version, dl_device, copy)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
+        _check_made(self)
         _fill_buffer(self, view, flags)
 
     def __releasebuffer__(self, Py_buffer *view):
@@ -429,11 +448,13 @@ cdef class DLPackObject:
     @property
     def __array_interface__(self):
         """NumPy's array interface (v3), for data the CPU can address."""
+        _check_made(self)
         return _array_interface(self)
 
     @property
     def __cuda_array_interface__(self):
         """The CUDA array interface (v3), with the stream consumers must wait on."""
+        _check_made(self)
         return _cuda_array_interface(self)
 
 
@@ -591,6 +612,7 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
     cdef type t = type(obj)
     if t is DLPackObject:
         r = <DLPackObject>obj
+        _check_made(r)
         if r._legacy_readonly == allow_legacy_readonly and not (
                 legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY):
             return r
@@ -630,6 +652,7 @@ def todict(obj):
 
 def _export_address(DLPackObject obj, bint versioned):
     """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer)."""
+    _check_made(obj)
     return <uintptr_t>_export(obj, versioned, EXPORT_HOST_COPY if _export_copy(
         obj, versioned, None, False) else EXPORT_VIEW)
 

@@ -79,7 +79,7 @@ cdef int _api_check(void *obj) except -1:
     if type(<object>obj) is not DLPackObject:
         raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__} object, "
                         "not a DLPackObject")
-    return 0
+    return _check_made(<DLPackObject>obj)
 
 
 cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
