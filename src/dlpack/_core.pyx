@@ -36,9 +36,13 @@ cdef extern from *:
     static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
         return __builtin_add_overflow(a, b, out);
     }
+    static inline int dlpk_sub(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_sub_overflow(a, b, out);
+    }
     """
     bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
     bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    bint _sub_ovf "dlpk_sub"(int64_t a, int64_t b, int64_t *out) noexcept nogil
 
 cdef enum:
     INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
@@ -271,6 +275,8 @@ cdef class DLPackObject:
         Checks extents, element count, bytes and the byte range the elements reach with
         overflow checks; turns byte strides into element strides; when ``bound`` >= 0 the
         elements must lie in the ``bound``-byte buffer that data sits ``offset`` bytes into.
+        Strides that are never applied are normalised to C-contiguous ones, so no exporter
+        multiplies an arbitrary value: those of extent-1 dimensions, and all of an empty array.
         """
         cdef int i, n = self.dl.ndim
         cdef int64_t isz, step, lo = 0, hi = 0, expect, end
@@ -286,10 +292,15 @@ cdef class DLPackObject:
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype, self.shape))
         self._isz = isz
-        if given == STRIDES_C:
+        if given == STRIDES_C or self._count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
+            if self._count == 0:
+                self._c_contig = self._f_contig = True
+                return 0
         elif given == STRIDES_BYTES:
             for i in range(n):
+                if self.dl.shape[i] == 1:
+                    continue                    # normalised below
                 if packed or self.dl.strides[i] % isz:
                     raise BufferError(
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
@@ -298,7 +309,9 @@ cdef class DLPackObject:
                 self.dl.strides[i] //= isz
         expect = 1
         for i in range(n - 1, -1, -1):
-            if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
+            if self.dl.shape[i] == 1:
+                self.dl.strides[i] = expect
+            elif self.dl.strides[i] != expect:
                 c = False
             expect *= self.dl.shape[i]
         expect = 1
@@ -306,9 +319,6 @@ cdef class DLPackObject:
             if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
                 f = False
             expect *= self.dl.shape[i]
-        if self._count == 0:
-            self._c_contig = self._f_contig = True
-            return 0
         if packed and not c:
             raise BufferError(f"{protocol}: field 'strides' = {self.strides}: a packed "
                               f"{self.dtype.name} array must be C-contiguous (elements share "
@@ -323,7 +333,7 @@ cdef class DLPackObject:
                         or _mul_ovf(step, isz, &step)
                         or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
                     raise BufferError(self._reach_message(protocol, "the address space"))
-            if _add_ovf(hi, isz, &hi):
+            if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
                 raise BufferError(self._reach_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):

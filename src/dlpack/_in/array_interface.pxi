@@ -94,7 +94,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     if offset < 0 or offset > self._view.len:
         raise BufferError(f"{protocol}: field 'offset' = {offset} lies outside the "
                           f"{self._view.len}-byte buffer given in 'data'")
-    self.dl.data = <char *>self._view.buf + <Py_ssize_t>offset
+    self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>offset)  # buf may be NULL
     if self._view.readonly:
         self._flags |= FLAG_READ_ONLY
     return offset
