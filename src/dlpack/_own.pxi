@@ -15,20 +15,18 @@ cdef extern from "Python.h":
 cdef extern from *:
     """
     #if PY_VERSION_HEX >= 0x030D0000
-    #define dlpk_finalizing() Py_IsFinalizing()
     #define dlpk_attached() PyThreadState_GetUnchecked()
     #else
-    #define dlpk_finalizing() _Py_IsFinalizing()
     #define dlpk_attached() _PyThreadState_UncheckedGet()
     #endif
-    /* Whether this thread holds the GIL through its own thread state. Unlike
-       PyGILState_Check, which answers 1 once a subinterpreter has existed, this stays true. */
+    /* Whether this thread holds the GIL through its own (PyGILState) thread state: the test
+       PyGILState_Ensure makes first. Unlike PyGILState_Check, which answers 1 once a
+       subinterpreter has existed, it is never wrong; pointers are only compared. */
     static inline int dlpk_holds_gil(void) {
         PyThreadState *t = dlpk_attached();
         return t != NULL && t == PyGILState_GetThisThreadState();
     }
     """
-    int _finalizing "dlpk_finalizing"() nogil
     int _holds_gil "dlpk_holds_gil"() nogil
 
 cdef extern from "stdlib.h":
@@ -255,21 +253,21 @@ cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
 cdef void _drop_context(void *ctx) noexcept nogil:
     """Release the DLPackObject an export holds, from any thread, GIL held or not (spec §4).
 
-    The GIL is taken as NumPy's deleter takes it, with PyGILState_Ensure (PyGILState_Check
-    cannot tell: it answers 1 once a subinterpreter has existed). While the interpreter
-    finalizes, only the thread finalizing it may still run Python (another thread taking the
-    GIL would be stopped for good), and after shutdown none may: then the reference is left.
+    A thread that holds the GIL (the usual consumer; also the thread finalizing the
+    interpreter) drops it at once; any other takes the GIL first as NumPy's deleter does, with
+    PyGILState_Ensure (PyGILState_Check cannot tell: it answers 1 once a subinterpreter has
+    existed). While the interpreter finalizes another thread taking the GIL would be stopped
+    for good, and after shutdown none may: then the reference is left.
     """
     cdef PyGILState_STATE state
     if ctx == NULL:
         return
-    if not Py_IsInitialized():
-        if _finalizing() and _holds_gil():
-            _decref_held(<PyObject *>ctx)
-        return
-    state = PyGILState_Ensure()
-    _decref_held(<PyObject *>ctx)
-    PyGILState_Release(state)
+    if _holds_gil():
+        _decref_held(<PyObject *>ctx)
+    elif Py_IsInitialized():
+        state = PyGILState_Ensure()
+        _decref_held(<PyObject *>ctx)
+        PyGILState_Release(state)
 
 
 cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:

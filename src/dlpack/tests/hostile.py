@@ -1630,6 +1630,10 @@ def _register_chains() -> None:
     add(g, f"numpy-{depth}", lambda: chain(
         lambda x, i: asdlpack(__import__("numpy").from_dlpack(x))), Gives([97, 98, 99, 100]),
         needs=["numpy"])
+    # no deleter in this one: each link is a provider (an array over a buffer) held as base
+    add(g, f"numpy-asarray-{depth}", lambda: chain(
+        lambda x, i: asdlpack(__import__("numpy").asarray(x))), Gives([97, 98, 99, 100]),
+        needs=["numpy"])
 
 
 _set_name = ctypes.pythonapi.PyCapsule_SetName
