@@ -1,22 +1,26 @@
-"""A small typed user of pydlpack; CI runs `mypy --strict` on it to keep the stubs honest."""
+"""A small typed user of pydlpack; CI runs `mypy --strict` on it, with NumPy's own stubs, on every
+interpreter it tests, to keep the stubs honest (.ci/typed_usage_torch.py adds torch where it is)."""
 
 from __future__ import annotations
 
 import array
 import ctypes
 
+import numpy as np
+import numpy.typing as npt
+
 import dlpack
 import dlpack.ctypes as dlc
-from dlpack import DLDeviceType, DLPackObject, DType, asdlpack, todict
+from dlpack import DLDeviceType, DLPackObject, DType, asdlpack, from_address, todict
 
 
 def describe(obj: object) -> str:
     dl: DLPackObject = asdlpack(obj, allow_legacy_readonly=False, legacy_writable=False)
     shape: tuple[int, ...] = dl.shape
     dtype: DType = dl.dtype
-    device: tuple[DLDeviceType | int, int] = dl.device
+    device: tuple[DLDeviceType, int] = dl.device
     fields: dict[str, object] = todict(dl)
-    return f"{shape} {dtype.name} {device} {dl.nbytes} {dl.readonly} {sorted(fields)}"
+    return f"{shape} {dtype.name} {device[0].name} {dl.nbytes} {dl.readonly} {sorted(fields)}"
 
 
 def to_c(obj: object) -> int:
@@ -26,5 +30,16 @@ def to_c(obj: object) -> int:
     return address
 
 
+def to_numpy(data: bytes) -> npt.NDArray[np.number[npt.NBitBase] | np.bool]:
+    return np.from_dlpack(asdlpack(data))
+
+
+def wrap_c_buffer() -> DLPackObject:
+    buf = (ctypes.c_float * 6)()
+    return from_address(ctypes.addressof(buf), (2, 3), "float32", owner=buf, readonly=True)
+
+
 print(describe(array.array("d", [1.0, 2.0])), to_c(b"abc") != 0, dlpack.DLPACK_VERSION)
-memoryview(asdlpack(bytearray(4))).release()
+print(to_numpy(b"abc").tolist(), asdlpack(b"abc").device[0].name, wrap_c_buffer().strides)
+with memoryview(asdlpack(bytearray(4))) as view:
+    print(view.nbytes)

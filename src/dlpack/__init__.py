@@ -5,7 +5,7 @@
 and returns a ``DLPackObject`` that speaks all of them.
 """
 
-from dlpack._core import DLPackObject, asdlpack, todict
+from dlpack._core import DLPackObject, asdlpack, from_address, todict
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -16,7 +16,7 @@ from dlpack._types import (
     DType,
 )
 
-__version__ = "1.0.0"
+__version__ = "1.0.0"     # the one source: pyproject.toml reads it, the matrix header shows it
 
 __all__ = [
     "DLPACK_VERSION",
@@ -29,5 +29,15 @@ __all__ = [
     "DType",
     "__version__",
     "asdlpack",
+    "from_address",
     "todict",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    if name.startswith("__"):  # tools probing for dunders need not load the legacy module
+        raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
+    import dlpack._legacy  # not "from dlpack import": that would ask __getattr__ again
+
+    return dlpack._legacy.attribute(name)

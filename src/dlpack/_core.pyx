@@ -9,6 +9,7 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_New, PyCapsule_SetName,
 )
+from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Occurred, PyErr_SetString
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
@@ -61,6 +62,18 @@ cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
 cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
     return (device_type == kDLCUDA or device_type == kDLCUDAHost
             or device_type == kDLCUDAManaged)
+
+cdef inline bint _known_device(int32_t device_type) noexcept nogil:
+    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
+    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
+
+
+cdef int _unknown_device(str protocol, DLDevice dev) except -1:
+    raise BufferError(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
+                      f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
+                      f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
+                      "DLPack")
+
 
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
 cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
@@ -202,10 +215,13 @@ cdef inline int _check_made(DLPackObject self) except -1:
 @cython.freelist(32)
 @cython.trashcan(True)      # a chain of views freeing each other unwinds without deep recursion
 cdef class DLPackObject:
-    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``.
+    """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``
+    (or ``from_address``).
 
-    It keeps its provider (``base``) alive, and its exported buffer held, until it and every
-    tensor it exported are gone.
+    Hand it to any consumer: ``numpy.from_dlpack(dl)``, ``torch.from_dlpack(dl)``,
+    ``memoryview(dl)``, ``numpy.asarray(dl)``, ``pickle.dumps(dl)``. It keeps its provider
+    (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
+    gone; read-only data stays read-only for every consumer that can say so.
     """
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
@@ -220,6 +236,8 @@ cdef class DLPackObject:
     cdef bint _managed_versioned
     cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
+    cdef bint _plain_versioned          # __dlpack__() without max_version gives a versioned
+                                        # capsule (0.2.1's impl_cls; docs/migration.md)
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
@@ -286,6 +304,10 @@ cdef class DLPackObject:
                                            &isz, &packed)
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype))
+        if not _known_device(self.dl.device.device_type):
+            _unknown_device(protocol, self.dl.device)
+        if self.dl.device.device_type == kDLCPU:
+            self.dl.device.device_id = 0    # the host is one device, whatever id a producer set
         err = _element_count(n, self.dl.shape, &self._count)
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
@@ -379,6 +401,7 @@ cdef class DLPackObject:
 
     @property
     def ndim(self):
+        """Number of dimensions."""
         return self.dl.ndim
 
     @property
@@ -418,9 +441,11 @@ cdef class DLPackObject:
 
     @property
     def c_contiguous(self):
+        """True when the elements are laid out in C (row-major) order without gaps."""
         return self._c_contig
 
     def __dlpack_device__(self):
+        """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
         _check_made(self)
         return _device_tuple(self.dl.device)
 
@@ -437,7 +462,8 @@ cdef class DLPackObject:
         return iter(memoryview(self))
 
     def __reduce_ex__(self, protocol):
-        """Pickle support (protocol 5: the elements out-of-band, zero-copy); see _out/pickle.pxi."""
+        """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
+        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
         _check_made(self)
         return _reduce(self, protocol)
 
@@ -475,6 +501,7 @@ include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
 include "_in/dlpack.pxi"
+include "_in/address.pxi"
 include "_out/dlpack.pxi"
 include "_out/buffer.pxi"
 include "_out/array_interface.pxi"
@@ -501,6 +528,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._resync = src._resync
     r._base = src
     r._legacy_import = src._legacy_import
+    r._plain_versioned = src._plain_versioned
     _set_policy(r, legacy_readonly, legacy_writable)
     return r
 
@@ -548,10 +576,73 @@ cdef BaseException _as_refusal(str protocol, BaseException e):
 cdef object _MISSING = object()
 
 
+cdef object _claim(object value):
+    """What a refused interface said its elements are: its dict's typestr, else None.
+
+    The dict's own storage is read (a subclass's get() does not run). None means the protocol
+    refused without naming a type we can read (a __dlpack__ that raised, an attribute that
+    raised, a non-dict mapping, an __array_struct__ capsule).
+    """
+    cdef PyObject *typestr
+    if isinstance(value, dict):
+        typestr = PyDict_GetItem(value, "typestr")
+        if typestr != NULL and type(<object>typestr) is str:
+            return <object>typestr
+    return None
+
+
+cdef list _note(list claims, str protocol, object claim):
+    """claims with (protocol, claim) appended; made on the first refusal, not on every call."""
+    if claims is None:
+        claims = []
+    claims.append((protocol, claim))
+    return claims
+
+
+cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -1:
+    """No fallback describes the elements a refused protocol typed as other elements (§3).
+
+    A refused protocol that named a type T (its typestr) admits only a later protocol whose
+    dtype is T; one that named none admits any typed protocol, but not the buffer protocol's
+    untyped bytes (format 'B', 'c' or none): they would turn e.g. one datetime64 into eight
+    uint8. An untyped buffer is what memoryview(obj) gives: the way out for the raw bytes.
+    """
+    cdef bytes fmt
+    for refused, claim in claims:
+        if claim is None:
+            if not r._has_view or protocol != "buffer protocol":
+                continue
+            fmt = b"B" if r._view.format == NULL else <bytes>r._view.format
+            if fmt.lstrip(b"@=<>!") not in (b"B", b"c"):
+                continue
+            raise BufferError(
+                f"buffer protocol: format {fmt.decode('latin-1')!r} would give the elements "
+                f"as untyped bytes, but {refused} refused this {type(obj).__qualname__} as "
+                "typed elements; no fallback may change the elements. Convert it to a type "
+                "DLPack carries, or take the raw bytes explicitly: asdlpack(memoryview(obj))")
+        try:
+            code, bits, _ = _typestr(refused, obj, claim, None)
+        except BufferError:
+            code = bits = -1                   # a type DLPack cannot carry: nothing agrees
+        if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
+            raise BufferError(
+                f"{protocol}: would give the elements as {r.dtype.name}, but {refused} typed "
+                f"them as 'typestr' = {_types._shown(claim)} and refused; no fallback may "
+                "change the elements. Convert the data to a type DLPack carries first"
+                + (", or take the raw bytes explicitly: asdlpack(memoryview(obj))"
+                   if protocol == "buffer protocol" else ""))
+    return 0
+
+
 cdef DLPackObject _dispatch(object obj):
-    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses."""
+    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses.
+
+    A protocol accepted after others refused must agree with what they said (_agrees).
+    """
     global _ndarray
     cdef list refusals = []
+    cdef list claims = None             # (refused protocol, typestr or None), for _agrees
+    cdef DLPackObject r
     cdef type t = type(obj)
     if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
         _check_ndarray_layout(obj)
@@ -565,6 +656,7 @@ cdef DLPackObject _dispatch(object obj):
     except Exception as e:
         has_dlpack = False
         refusals.append(("__dlpack__", e))
+        claims = _note(claims, "__dlpack__", None)
     if has_dlpack:
         try:
             return _from_dlpack_method(obj)
@@ -572,6 +664,7 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append(("__dlpack__", e))
+            claims = _note(claims, "__dlpack__", None)
     for name, reader in _INTERFACES:
         try:
             value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
@@ -579,18 +672,26 @@ cdef DLPackObject _dispatch(object obj):
             raise
         except Exception as e:
             refusals.append((name, e))
+            claims = _note(claims, name, None)
             continue
         if value is _MISSING:
             continue
         try:
-            return reader(obj, value)
+            r = reader(obj, value)
+            if claims is not None:
+                _agrees(r, name, claims, obj)
+            return r
         except MemoryError:
             raise
         except Exception as e:
             refusals.append((name, e))
+            claims = _note(claims, name, _claim(value))
     if PyObject_CheckBuffer(obj):
         try:
-            return _from_buffer(obj)
+            r = _from_buffer(obj)
+            if claims is not None:
+                _agrees(r, "buffer protocol", claims, obj)
+            return r
         except MemoryError:
             raise
         except Exception as e:
@@ -610,16 +711,25 @@ cdef DLPackObject _dispatch(object obj):
                       f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False):
+def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,
+             impl_cls=None):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
+    ``impl_cls`` is pydlpack 0.2.1's (deprecated): ``dlpack.ctypes.DLManagedTensorVersioned``
+    makes a plain ``__dlpack__()`` give a versioned capsule; consumers that pass
+    ``max_version`` choose for themselves.
     """
     cdef DLPackObject r
     cdef type t = type(obj)
+    if impl_cls is not None:
+        from dlpack import _legacy
+        return _plain_kind(asdlpack(obj, allow_legacy_readonly=allow_legacy_readonly,
+                                    legacy_writable=legacy_writable),
+                           _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
         _check_made(r)
@@ -643,6 +753,47 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
     return r
 
 
+cdef DLPackObject _plain_kind(DLPackObject r, bint versioned):
+    """r, or a second view of its memory, whose plain __dlpack__() gives the capsule kind asked."""
+    if r._plain_versioned != versioned:
+        r = _share(r, r._legacy_readonly, False)
+        r._plain_versioned = versioned
+    return r
+
+
+def _asdlpack_via(obj, str protocol, bint versioned=False):
+    """asdlpack through ``protocol`` alone, with the same reader and checks (pydlpack 0.2.1's
+    per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's impl_cls asked."""
+    cdef DLPackObject r
+    value = _MISSING
+    if protocol == "__dlpack__":
+        present = getattr(obj, "__dlpack__", None) is not None
+    elif protocol == "buffer protocol":
+        present = PyObject_CheckBuffer(obj)
+    elif protocol == "__array_interface__" or protocol == "__cuda_array_interface__":
+        value = getattr(obj, protocol, _MISSING)
+        present = value is not _MISSING
+    else:
+        raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
+    if not present:
+        raise TypeError(f"{protocol}: {type(obj).__module__}.{type(obj).__qualname__} object "
+                        f"does not speak it; dlpack.asdlpack(obj) tries every protocol")
+    try:
+        if protocol == "__dlpack__":
+            r = _from_dlpack_method(obj)
+        elif protocol == "buffer protocol":
+            r = _from_buffer(obj)
+        else:
+            r = _from_interface_dict(obj, value, protocol,
+                                     protocol == "__cuda_array_interface__")
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _as_refusal(protocol, e)
+    r._plain_versioned = versioned
+    return r
+
+
 def todict(obj):
     """Every DLPack field of a capsule, a ``__dlpack__`` object or anything ``asdlpack`` takes.
 
@@ -661,10 +812,10 @@ def todict(obj):
 
 
 def _export_address(DLPackObject obj, bint versioned):
-    """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer)."""
+    """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer): what
+    ``__dlpack__()`` would hand out, ordered after the producer's work in the same way."""
     _check_made(obj)
-    return <uintptr_t>_export(obj, versioned, EXPORT_HOST_COPY if _export_copy(
-        obj, versioned, None, False) else EXPORT_VIEW)
+    return <uintptr_t>_export_block(obj, None, versioned, None, None)
 
 
 def _abi_layout():

@@ -2,6 +2,12 @@
 # when CUDA data is first seen: CPU-only processes never load it (docs/spec.md §3.4, §10).
 # Tests install a fake driver's entry points (_cuda_driver) and check the exact calls.
 
+from cpython.number cimport PyNumber_Index
+from cpython.pythread cimport (
+    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_release_lock,
+    PyThread_type_lock,
+)
+from libc.string cimport memset
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 ctypedef int CUresult
@@ -10,10 +16,30 @@ ctypedef void *CUstream
 ctypedef void *CUevent
 ctypedef void *CUcontext
 
+ctypedef struct CUDA_MEMCPY2D:
+    size_t srcXInBytes
+    size_t srcY
+    int srcMemoryType
+    const void *srcHost
+    CUdeviceptr srcDevice
+    void *srcArray
+    size_t srcPitch
+    size_t dstXInBytes
+    size_t dstY
+    int dstMemoryType
+    void *dstHost
+    CUdeviceptr dstDevice
+    void *dstArray
+    size_t dstPitch
+    size_t WidthInBytes
+    size_t Height
+
 cdef enum:
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+    CU_POINTER_ATTRIBUTE_HOST_POINTER = 4
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
     CU_MEMORYTYPE_HOST = 1
     CU_MEMORYTYPE_DEVICE = 2
     CU_MEMORYTYPE_UNIFIED = 4
@@ -23,29 +49,38 @@ cdef enum:
     MAX_CUDA_DEVICES = 1024
 
 # The entry points, in the order of _CU_SYMBOLS (the struct is filled as an array of pointers).
+# Those that can block (marked) are called with the GIL released.
 ctypedef struct CuDriver:
-    CUresult (*cuInit)(unsigned int) noexcept nogil
+    CUresult (*cuInit)(unsigned int) noexcept nogil                                   # blocks
     CUresult (*cuGetErrorName)(CUresult, const char **) noexcept nogil
+    CUresult (*cuCtxGetCurrent)(CUcontext *) noexcept nogil
     CUresult (*cuPointerGetAttributes)(unsigned int, int *, void **, CUdeviceptr) noexcept nogil
     CUresult (*cuDeviceGet)(int *, int) noexcept nogil
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int) noexcept nogil
+    CUresult (*cuDeviceGetAttribute)(int *, int, int) noexcept nogil
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int) noexcept nogil               # blocks
+    CUresult (*cuDevicePrimaryCtxGetState)(int, unsigned int *, int *) noexcept nogil
     CUresult (*cuCtxPushCurrent)(CUcontext) noexcept nogil
     CUresult (*cuCtxPopCurrent)(CUcontext *) noexcept nogil
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *) noexcept nogil
     CUresult (*cuEventCreate)(CUevent *, unsigned int) noexcept nogil
     CUresult (*cuEventRecord)(CUevent, CUstream) noexcept nogil
     CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int) noexcept nogil
     CUresult (*cuEventDestroy)(CUevent) noexcept nogil
-    CUresult (*cuStreamSynchronize)(CUstream) noexcept nogil
-    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) noexcept nogil
-    CUresult (*cuMemFree)(CUdeviceptr) noexcept nogil
-    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) noexcept nogil
-    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) noexcept nogil
+    CUresult (*cuStreamSynchronize)(CUstream) noexcept nogil                          # blocks
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) noexcept nogil                      # blocks
+    CUresult (*cuMemFree)(CUdeviceptr) noexcept nogil                                 # blocks
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) noexcept nogil              # blocks
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) noexcept nogil        # blocks
+    CUresult (*cuMemcpy2D)(const CUDA_MEMCPY2D *) noexcept nogil                      # blocks
+    CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) noexcept nogil
 
 cdef tuple _CU_SYMBOLS = (
-    "cuInit", "cuGetErrorName", "cuPointerGetAttributes", "cuDeviceGet",
-    "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuEventCreate",
+    "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
+    "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState",
+    "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx", "cuEventCreate",
     "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2", "cuStreamSynchronize",
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2")
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy2D_v2",
+    "cuMemcpyDtoDAsync_v2")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -53,10 +88,14 @@ cdef bint _cu_ready = False                  # entry points resolved and cuInit 
 cdef str _cu_state = "unloaded"              # for tests: unloaded, loaded or fake
 cdef bytes _cu_path = b"libcuda.so.1"
 cdef CUcontext _cu_contexts[MAX_CUDA_DEVICES]   # primary contexts, retained once per process
+cdef int _cu_devices[MAX_CUDA_DEVICES]          # their CUdevice handles
+cdef unsigned int _cu_epochs[MAX_CUDA_DEVICES]  # bumped when a primary context is found reset
+cdef size_t _cu_max_pitch[MAX_CUDA_DEVICES]     # CU_DEVICE_ATTRIBUTE_MAX_PITCH, asked once
 cdef unsigned int _cu_generation = 0         # bumped when tests swap drivers
-cdef int _CU_ATTRIBUTES[3]
+cdef PyThread_type_lock _cu_lock = PyThread_allocate_lock()     # loading and retaining
+cdef int _CU_ATTRIBUTES[4]
 _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                     CU_POINTER_ATTRIBUTE_IS_MANAGED]
+                     CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER]
 
 
 class CudaError(BufferError):
@@ -81,23 +120,36 @@ cdef int _cu_load() except -1:
     global _cu_ready, _cu_state
     cdef void *lib
     cdef void *sym
+    cdef const char *path
+    cdef CUresult rc
     cdef Py_ssize_t i
     if _cu_ready:
         return 0
-    lib = dlopen(_cu_path, RTLD_NOW | RTLD_LOCAL)
-    if lib == NULL:
-        raise CudaError(f"CUDA driver: {_cu_path.decode()} cannot be loaded "
-                        f"({(<bytes>dlerror()).decode(errors='replace')}), and CUDA data needs "
-                        "it; is an NVIDIA driver installed?")
-    for i, name in enumerate(_CU_SYMBOLS):
-        sym = dlsym(lib, name.encode())
-        if sym == NULL:
-            raise CudaError(f"CUDA driver: {_cu_path.decode()} has no {name}; the driver is "
-                            "too old for pydlpack (CUDA 11 or newer is needed)")
-        (<void **>&_cu)[i] = sym
-    _cu_check(_cu.cuInit(0), "cuInit")
-    _cu_ready = True
-    _cu_state = "loaded"
+    path = _cu_path
+    with nogil:
+        PyThread_acquire_lock(_cu_lock, WAIT_LOCK)
+    try:
+        if _cu_ready:
+            return 0
+        with nogil:
+            lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)
+        if lib == NULL:
+            raise CudaError(f"CUDA driver: {_cu_path.decode()} cannot be loaded "
+                            f"({(<bytes>dlerror()).decode(errors='replace')}), and CUDA data "
+                            "needs it; is an NVIDIA driver installed?")
+        for i, name in enumerate(_CU_SYMBOLS):
+            sym = dlsym(lib, name.encode())
+            if sym == NULL:
+                raise CudaError(f"CUDA driver: {_cu_path.decode()} has no {name}; the driver "
+                                "is too old for pydlpack (CUDA 11 or newer is needed)")
+            (<void **>&_cu)[i] = sym
+        with nogil:
+            rc = _cu.cuInit(0)
+        _cu_check(rc, "cuInit")
+        _cu_ready = True
+        _cu_state = "loaded"
+    finally:
+        PyThread_release_lock(_cu_lock)
     return 0
 
 
@@ -112,6 +164,7 @@ def _cuda_driver(symbols=None, path="libcuda.so.1"):
     _cu_path = path.encode()
     for i in range(MAX_CUDA_DEVICES):
         _cu_contexts[i] = NULL
+        _cu_max_pitch[i] = 0
     if symbols is not None:
         for i, name in enumerate(_CU_SYMBOLS):
             (<void **>&_cu)[i] = <void *><uintptr_t>symbols[name]
@@ -125,20 +178,53 @@ def _cuda_state():
     return _cu_state
 
 
-cdef int _cu_enter(int32_t device_id) except -1:
-    """Make device_id's primary context current on this thread (_cu_leave undoes it)."""
-    cdef int dev
+cdef CUcontext _cu_primary(int32_t device_id) except NULL:
+    """device_id's primary context: retained on first use, and again once another library
+    reset it (cuDevicePrimaryCtxReset, Numba's cuda.close()), which destroyed its memory."""
+    cdef int dev, active = 0
+    cdef unsigned int flags
     cdef CUcontext ctx
+    cdef CUresult rc
     _cu_load()
     if device_id < 0 or device_id >= MAX_CUDA_DEVICES:
         raise CudaError(f"CUDA driver: device {device_id} is out of range")
     ctx = _cu_contexts[device_id]
-    if ctx == NULL:
-        _cu_check(_cu.cuDeviceGet(&dev, device_id), f"cuDeviceGet({device_id})")
-        _cu_check(_cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain")
+    if ctx != NULL:
+        _cu_check(_cu.cuDevicePrimaryCtxGetState(_cu_devices[device_id], &flags, &active),
+                  "cuDevicePrimaryCtxGetState")
+        if active:
+            return ctx
+    with nogil:
+        PyThread_acquire_lock(_cu_lock, WAIT_LOCK)
+    try:
+        ctx = _cu_contexts[device_id]
+        if ctx != NULL:                 # another thread may have retained it meanwhile
+            _cu_check(_cu.cuDevicePrimaryCtxGetState(_cu_devices[device_id], &flags, &active),
+                      "cuDevicePrimaryCtxGetState")
+            if active:
+                return ctx
+            _cu_epochs[device_id] += 1  # device copies made before the reset are gone
+            _cu_contexts[device_id] = NULL
+        rc = _cu.cuDeviceGet(&dev, device_id)
+        if rc != 0:
+            _cu_fail(rc, f"cuDeviceGet({device_id})")
+        with nogil:
+            rc = _cu.cuDevicePrimaryCtxRetain(&ctx, dev)
+        _cu_check(rc, "cuDevicePrimaryCtxRetain")
+        _cu_devices[device_id] = dev
         _cu_contexts[device_id] = ctx
-    _cu_check(_cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
-    return 0
+        return ctx
+    finally:
+        PyThread_release_lock(_cu_lock)
+
+
+cdef inline int _cu_push(CUcontext ctx) except -1:
+    return _cu_check(_cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+
+
+cdef inline int _cu_enter(int32_t device_id) except -1:
+    """Make device_id's primary context current on this thread (_cu_leave undoes it)."""
+    return _cu_push(_cu_primary(device_id))
 
 
 cdef inline void _cu_leave() noexcept nogil:
@@ -146,11 +232,37 @@ cdef inline void _cu_leave() noexcept nogil:
     _cu.cuCtxPopCurrent(&popped)
 
 
+cdef CUcontext _cu_stream_context(int32_t device_id, uintptr_t stream) except NULL:
+    """The context a stream belongs to: its own (cuStreamGetCtx; PyCUDA, cuCtxCreate and green
+    contexts make streams outside the primary one), or device_id's primary context for the
+    default streams, which belong to whichever context is current."""
+    cdef CUcontext ctx = NULL
+    cdef CUresult rc
+    if stream == CU_STREAM_LEGACY or stream == CU_STREAM_PER_THREAD:
+        return _cu_primary(device_id)
+    _cu_load()
+    rc = _cu.cuStreamGetCtx(<CUstream>stream, &ctx)
+    if rc != 0:
+        _cu_fail(rc, f"cuStreamGetCtx({stream:#x})")
+    if ctx == NULL:
+        raise CudaError(f"CUDA driver: cuStreamGetCtx({stream:#x}) named no context")
+    return ctx
+
+
 cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
-    """The DLPack device owning a CUDA pointer, in one driver call; NULL (zero-size) is CUDA:0."""
+    """The DLPack device owning a CUDA pointer, in one query; NULL (zero-size) is CUDA:0.
+
+    The query needs a current context (any: addresses are unified); a thread without one (a
+    worker, a JAX-only process) borrows GPU 0's primary context for it. Host memory counts as
+    pinned (kDLCUDAHost) only where the CPU reads it at this very address: host-NUMA VMM memory
+    is "host" memory without a host mapping, and is device memory as far as readers go.
+    """
     cdef unsigned int mem = 0, managed = 0
     cdef int ordinal = 0
-    cdef void *values[3]
+    cdef void *host = NULL
+    cdef void *values[4]
+    cdef CUcontext current = NULL
+    cdef CUresult rc
     out.device_type = kDLCUDA
     out.device_id = 0
     if ptr == 0:
@@ -159,14 +271,20 @@ cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
     values[0] = &mem
     values[1] = &ordinal
     values[2] = &managed
-    _cu_check(_cu.cuPointerGetAttributes(3, _CU_ATTRIBUTES, values, ptr),
-              "cuPointerGetAttributes")
+    values[3] = &host
+    _cu_check(_cu.cuCtxGetCurrent(&current), "cuCtxGetCurrent")
+    if current == NULL:
+        _cu_enter(0)
+    rc = _cu.cuPointerGetAttributes(4, _CU_ATTRIBUTES, values, ptr)
+    if current == NULL:
+        _cu_leave()
+    _cu_check(rc, "cuPointerGetAttributes")
     if managed or mem == CU_MEMORYTYPE_UNIFIED:
         out.device_type = kDLCUDAManaged
-    elif mem == CU_MEMORYTYPE_HOST:
+    elif mem == CU_MEMORYTYPE_HOST and <uintptr_t>host == ptr:
         out.device_type = kDLCUDAHost
         ordinal = max(ordinal, 0)
-    elif mem != CU_MEMORYTYPE_DEVICE:
+    elif mem != CU_MEMORYTYPE_DEVICE and mem != CU_MEMORYTYPE_HOST:
         raise CudaError(f"__cuda_array_interface__: field 'data': pointer {ptr:#x} has CUDA "
                         f"memory type {mem}, which DLPack cannot describe")
     if ordinal < 0:
@@ -177,13 +295,28 @@ cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
 
 
 cdef int _cu_stream_wait(int32_t device_id, uintptr_t producer, uintptr_t consumer) except -1:
-    """Queue on consumer a wait for the work queued so far on producer (the host goes on)."""
+    """Queue on consumer a wait for the work queued so far on producer (the host goes on).
+
+    The event is created and recorded in the producer's stream's context (libcuda refuses to
+    record an event on a stream of another context); the consumer's stream waits on it in its
+    own context.
+    """
     cdef CUevent event = NULL
-    _cu_enter(device_id)
+    cdef CUcontext pctx = _cu_stream_context(device_id, producer)
+    cdef CUcontext cctx = _cu_stream_context(device_id, consumer)
+    _cu_push(pctx)
     try:
         _cu_check(_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         _cu_check(_cu.cuEventRecord(event, <CUstream>producer), "cuEventRecord")
-        _cu_check(_cu.cuStreamWaitEvent(<CUstream>consumer, event, 0), "cuStreamWaitEvent")
+        if cctx == pctx:
+            _cu_check(_cu.cuStreamWaitEvent(<CUstream>consumer, event, 0), "cuStreamWaitEvent")
+        else:
+            _cu_push(cctx)
+            try:
+                _cu_check(_cu.cuStreamWaitEvent(<CUstream>consumer, event, 0),
+                          "cuStreamWaitEvent")
+            finally:
+                _cu_leave()
     finally:
         if event != NULL:
             _cu.cuEventDestroy(event)
@@ -194,7 +327,7 @@ cdef int _cu_stream_wait(int32_t device_id, uintptr_t producer, uintptr_t consum
 cdef int _cu_stream_sync(int32_t device_id, uintptr_t stream) except -1:
     """Block the host (not the interpreter) until stream's queued work is done."""
     cdef CUresult rc
-    _cu_enter(device_id)
+    _cu_push(_cu_stream_context(device_id, stream))
     with nogil:
         rc = _cu.cuStreamSynchronize(<CUstream>stream)
         _cu_leave()
@@ -202,17 +335,94 @@ cdef int _cu_stream_sync(int32_t device_id, uintptr_t stream) except -1:
 
 
 cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
-                  bint to_device) except -1:
-    """A synchronous copy between host memory and device_id's memory."""
+                  bint to_device, bint settle=False) except -1:
+    """A copy between host memory and device_id's memory. To the device, from pageable memory,
+    it returns once the bytes are staged, the DMA queued on the legacy default stream; settle
+    waits for it to land."""
     cdef CUresult rc
+    cdef const char *what = "cuMemcpyHtoD" if to_device else "cuMemcpyDtoH"
     _cu_enter(device_id)
     with nogil:
         if to_device:
             rc = _cu.cuMemcpyHtoD(<CUdeviceptr><uintptr_t>dst, src, nbytes)
+            if rc == 0 and settle:
+                what = "cuStreamSynchronize"
+                rc = _cu.cuStreamSynchronize(<CUstream>CU_STREAM_LEGACY)
         else:
             rc = _cu.cuMemcpyDtoH(dst, <CUdeviceptr><uintptr_t>src, nbytes)
         _cu_leave()
-    return _cu_check(rc, "cuMemcpyHtoD" if to_device else "cuMemcpyDtoH")
+    return _cu_check(rc, (<bytes>what).decode())
+
+
+cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
+                       const int64_t *extent, const int64_t *pitch) except -1:
+    """Copy device memory to the host as rows of width bytes, one after another in dst: the
+    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first), each
+    2-D slab of the innermost one in one cuMemcpy2D (rows one by one where its pitch overlaps
+    a row or exceeds the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH)."""
+    cdef CUDA_MEMCPY2D c
+    cdef CUresult rc = 0
+    cdef int i, dev, max_pitch = 0
+    cdef int64_t idx[MAX_NDIM]
+    cdef int64_t offset = 0, height = 1, row_pitch = <int64_t>width
+    _cu_enter(device_id)
+    if _cu_max_pitch[device_id] == 0:
+        dev = _cu_devices[device_id]
+        rc = _cu.cuDeviceGetAttribute(&max_pitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH, dev)
+        if rc != 0:
+            _cu_leave()
+            return _cu_check(rc, "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX_PITCH)")
+        _cu_max_pitch[device_id] = max_pitch if max_pitch > 0 else 1
+    if n > 0 and pitch[n - 1] >= <int64_t>width and pitch[n - 1] <= <int64_t>_cu_max_pitch[
+            device_id]:
+        n -= 1                          # the innermost dimension: rows of one 2-D copy
+        height = extent[n]
+        row_pitch = pitch[n]
+    memset(&c, 0, sizeof(c))
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE
+    c.dstMemoryType = CU_MEMORYTYPE_HOST
+    c.srcPitch = row_pitch
+    c.dstPitch = width
+    c.WidthInBytes = width
+    c.Height = height
+    for i in range(n):
+        idx[i] = 0
+    with nogil:
+        while True:
+            c.srcDevice = src + offset
+            c.dstHost = dst
+            rc = _cu.cuMemcpy2D(&c)
+            if rc != 0:
+                break
+            dst += width * height
+            i = n - 1
+            while i >= 0:               # odometer over the outer dimensions
+                if idx[i] + 1 < extent[i]:
+                    idx[i] += 1
+                    offset += pitch[i]
+                    break
+                offset -= (extent[i] - 1) * pitch[i]
+                idx[i] = 0
+                i -= 1
+            if i < 0:
+                break
+        _cu_leave()
+    return _cu_check(rc, "cuMemcpy2D")
+
+
+cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdeviceptr src,
+                     size_t nbytes, bint settle) except -1:
+    """Queue a device-to-device copy on stream (in its own context); settle waits for it."""
+    cdef CUresult rc
+    cdef const char *what = "cuMemcpyDtoDAsync"
+    _cu_push(_cu_stream_context(device_id, stream))
+    rc = _cu.cuMemcpyDtoDAsync(dst, src, nbytes, <CUstream>stream)
+    with nogil:
+        if rc == 0 and settle:
+            what = "cuStreamSynchronize"
+            rc = _cu.cuStreamSynchronize(<CUstream>stream)
+        _cu_leave()
+    return _cu_check(rc, (<bytes>what).decode())
 
 
 @cython.final
@@ -222,26 +432,62 @@ cdef class _DeviceMemory:
     cdef readonly int32_t device_id
     cdef readonly CUdeviceptr ptr
     cdef unsigned int generation        # the driver that allocated it (tests swap drivers)
+    cdef unsigned int epoch             # the primary context it lives in (see _cu_primary)
 
     def __dealloc__(self):
-        if self.ptr and self.generation == _cu_generation and _cu_ready:
-            if _cu.cuCtxPushCurrent(_cu_contexts[self.device_id]) == 0:
-                _cu.cuMemFree(self.ptr)
+        cdef CUcontext ctx
+        cdef CUdeviceptr ptr = self.ptr
+        cdef int dev, active = 0
+        cdef unsigned int flags
+        if not (ptr and self.generation == _cu_generation and _cu_ready
+                and self.epoch == _cu_epochs[self.device_id]):
+            return
+        ctx = _cu_contexts[self.device_id]
+        dev = _cu_devices[self.device_id]
+        with nogil:         # cuMemFree waits for the device: never with the GIL held
+            if ((_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active) != 0 or active)
+                    and _cu.cuCtxPushCurrent(ctx) == 0):
+                _cu.cuMemFree(ptr)      # a reset context (inactive) freed it already
                 _cu_leave()
 
 
 cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     cdef _DeviceMemory mem = _DeviceMemory.__new__(_DeviceMemory)
     cdef CUdeviceptr ptr = 0
+    cdef CUresult rc
     _cu_enter(device_id)
-    try:
-        _cu_check(_cu.cuMemAlloc(&ptr, nbytes if nbytes else 1), f"cuMemAlloc({nbytes})")
-    finally:
+    with nogil:
+        rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
         _cu_leave()
+    if rc != 0:
+        _cu_fail(rc, f"cuMemAlloc({nbytes})")
     mem.device_id = device_id
     mem.ptr = ptr
     mem.generation = _cu_generation
+    mem.epoch = _cu_epochs[device_id]
     return mem
+
+
+cdef int _stream_int(object stream, str what, uintptr_t *out) except -1:
+    """A stream named by an int (NumPy's too): 1 and out set, or 0 for -1; `what` names the
+    argument in refusals. The value is taken with __index__ before any comparison, so an int
+    subclass whose == lies cannot pass 0 (ambiguous) as something else."""
+    if type(stream) is bool:
+        raise BufferError(f"{what} = {stream!r} is not None or an int")
+    try:
+        value = PyNumber_Index(stream)
+    except TypeError:
+        raise BufferError(f"{what} = {stream!r} is not None or an int") from None
+    if value == -1:
+        return 0
+    if value == 0:
+        raise BufferError(f"{what} = 0 is disallowed for CUDA (ambiguous); pass 1 for the "
+                          "legacy default stream or 2 for per-thread")
+    try:
+        out[0] = value
+    except OverflowError:
+        raise BufferError(f"{what} = {stream!r} is not a CUDA stream handle") from None
+    return 1
 
 
 cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
@@ -250,15 +496,4 @@ cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
     if stream is None:
         out[0] = CU_STREAM_LEGACY
         return 1
-    if type(stream) is bool or not isinstance(stream, int):
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int")
-    if stream == -1:
-        return 0
-    if stream == 0:
-        raise BufferError("__dlpack__: stream = 0 is disallowed for CUDA (ambiguous); pass 1 "
-                          "for the legacy default stream or 2 for per-thread")
-    try:
-        out[0] = stream
-    except OverflowError:
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not a CUDA stream handle") from None
-    return 1
+    return _stream_int(stream, "__dlpack__: stream", out)

@@ -29,9 +29,6 @@ cdef extern from *:
     """
     int _holds_gil "dlpk_holds_gil"() nogil
 
-cdef extern from "stdlib.h":
-    int posix_memalign(void **, size_t, size_t) nogil
-
 
 # -- producers' tensors we own ------------------------------------------------------------------
 
@@ -109,26 +106,22 @@ cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -
 # -- the export block: one allocation per exported tensor ---------------------------------------
 
 cdef enum:
-    COPY_ALIGN = 256        # copies start here (dlpack.h's advice; TensorFlow aborts below 64)
+    DATA_ALIGN = 256        # data pydlpack allocates starts on this boundary (TensorFlow aborts
+                            # on data not 64-byte aligned; JAX copies it)
 
 
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
                                size_t *data_at) noexcept nogil:
-    """The managed struct, then shape + strides at 8 bytes, then (copies) data at 256 bytes
-    from the block's start, which _alloc_block puts on a 256-byte boundary."""
+    """The managed struct, then shape + strides at 8 bytes, then (copies) room for the data to
+    start on a DATA_ALIGN boundary: a block with data is data_at + nbytes long."""
     dims_at[0] = (head + 7) & ~(<size_t>7)
-    data_at[0] = (dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + COPY_ALIGN - 1) & ~(
-        <size_t>COPY_ALIGN - 1)
+    data_at[0] = dims_at[0] + 2 * <size_t>ndim * sizeof(int64_t) + DATA_ALIGN - 1
 
 
-cdef inline char *_alloc_block(size_t size, bint copy) noexcept nogil:
-    """An export block (freed with free): on a 256-byte boundary when it holds a copy's data."""
-    cdef void *block = NULL
-    if not copy:
-        return <char *>malloc(size)
-    if posix_memalign(&block, COPY_ALIGN, size) != 0:
-        return NULL
-    return <char *>block
+cdef inline char *_data_start(char *block, size_t data_at) noexcept nogil:
+    """Where a block's data starts: the last DATA_ALIGN boundary at or before block + data_at,
+    which is past the strides (data_at has DATA_ALIGN - 1 bytes of slack)."""
+    return <char *>((<uintptr_t>block + data_at) & ~(<uintptr_t>(DATA_ALIGN - 1)))
 
 
 cdef enum Export:
@@ -146,8 +139,7 @@ cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
 
 cdef void *_export(DLPackObject self, bint versioned, Export kind,
                    object owner=None) except NULL:
-    """One allocation holds the managed struct, shape, strides and (host copies) the data,
-    which starts on a 256-byte boundary."""
+    """One malloc holds the managed struct, shape, strides and (host copies) the data."""
     cdef int ndim = self.dl.ndim
     cdef size_t dims_at, data_at
     _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
@@ -158,9 +150,10 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
-    if kind != EXPORT_HOST_COPY:
-        data_at = dims_at + 2 * <size_t>ndim * sizeof(int64_t)      # no data in the block
-    block = _alloc_block(data_at + nbytes, kind == EXPORT_HOST_COPY)
+    if kind == EXPORT_HOST_COPY:
+        block = <char *>malloc(data_at + nbytes)
+    else:
+        block = <char *>malloc(dims_at + 2 * <size_t>ndim * sizeof(int64_t))
     if block == NULL:
         raise MemoryError(f"__dlpack__: cannot allocate {data_at + nbytes} bytes")
     if versioned:
@@ -184,7 +177,7 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     else:
         _c_strides(ndim, self.dl.shape, t.strides)
     if kind == EXPORT_HOST_COPY:
-        t.data = block + data_at
+        t.data = _data_start(block, data_at)
         t.device.device_type = kDLCPU
         t.device.device_id = 0
         if _host_accessible(self.dl.device.device_type):
@@ -202,8 +195,10 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     return block
 
 
-cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
-    """Copy src's elements, addressed from data with src's strides, into dst in C order.
+cdef void _gather(char *dst, const char *data, DLPackObject src,
+                  const int64_t *strides=NULL) noexcept:
+    """Copy src's elements, addressed from data with src's strides (or the element strides
+    given, e.g. a staging copy's), into dst in C order.
 
     Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
     loop moves whole items of src._isz bytes.
@@ -214,9 +209,11 @@ cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
     cdef const char *p = data
     if src._count == 0:
         return
-    if src._c_contig:
-        memcpy(dst, data, src._nbytes)
-        return
+    if strides == NULL:
+        if src._c_contig:
+            memcpy(dst, data, src._nbytes)
+            return
+        strides = src.dl.strides
     for i in range(ndim):
         idx[i] = 0
     for n in range(src._count):
@@ -226,9 +223,9 @@ cdef void _gather(char *dst, const char *data, DLPackObject src) noexcept:
         while i >= 0:       # odometer; p never leaves the range _finish checked for overflow
             if idx[i] + 1 < src.dl.shape[i]:
                 idx[i] += 1
-                p += src.dl.strides[i] * src._isz
+                p += strides[i] * src._isz
                 break
-            p -= (src.dl.shape[i] - 1) * src.dl.strides[i] * src._isz
+            p -= (src.dl.shape[i] - 1) * strides[i] * src._isz
             idx[i] = 0
             i -= 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import sys
 from functools import lru_cache
+from typing import TypeVar
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -12,6 +13,22 @@ FLAG_BITMASK_IS_COPIED = 1 << 1
 FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
+
+
+def _long_double_is_binary128() -> bool:
+    """Whether C's long double (NumPy's 'f16') is IEEE binary128, read from the bytes of 1.0.
+
+    On x86 it is the 80-bit x87 format padded to 16 bytes, on POWER often a double-double:
+    there 'f16' is not DLPack's float128, and no typestr describes float128 exactly.
+    """
+    import ctypes
+
+    one = ctypes.c_longdouble(1.0)
+    return ctypes.sizeof(one) == 16 and bytes(one) == (0x3FFF << 112).to_bytes(16, sys.byteorder)
+
+
+# float128 has an exact typestr ('f16', and complex256 'c32') only where long double is binary128.
+BINARY128 = _long_double_is_binary128()
 
 
 class DLDeviceType(enum.IntEnum):
@@ -33,6 +50,16 @@ class DLDeviceType(enum.IntEnum):
     kDLHexagon = 16
     kDLMAIA = 17
     kDLTrn = 18
+
+    @property
+    def label(self) -> str:
+        """pydlpack 0.2.1's name for the member (``"DLCPU"``); deprecated, use ``name``."""
+        return _label(self)
+
+    @classmethod
+    def from_label(cls, label: str) -> DLDeviceType:
+        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDeviceType["kDL..."]``."""
+        return _from_label(cls, label)
 
 
 class DLDataTypeCode(enum.IntEnum):
@@ -56,6 +83,38 @@ class DLDataTypeCode(enum.IntEnum):
     kDLFloat6_e2m3fn = 15
     kDLFloat6_e3m2fn = 16
     kDLFloat4_e2m1fn = 17
+
+    @property
+    def label(self) -> str:
+        """pydlpack 0.2.1's name for the member (``"DLFloat"``); deprecated, use ``name``."""
+        return _label(self)
+
+    @classmethod
+    def from_label(cls, label: str) -> DLDataTypeCode:
+        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDataTypeCode["kDL..."]``."""
+        return _from_label(cls, label)
+
+
+def _label(member: enum.IntEnum) -> str:
+    from dlpack._legacy import deprecated
+
+    deprecated(f"{type(member).__name__}.label", f"{type(member).__name__}.name ('kDL...')",
+               stacklevel=4)
+    return member.name[1:]
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _from_label(cls: type[_E], label: str) -> _E:
+    from dlpack._legacy import deprecated
+
+    deprecated(f"{cls.__name__}.from_label(label)", f"{cls.__name__}['kDL...']", stacklevel=4)
+    try:
+        return cls["k" + label]
+    except KeyError:
+        raise KeyError(f"{label!r} is not a {cls.__name__} label (0.2.1 spelled them "
+                       f"{next(iter(cls)).name[1:]!r}...)") from None
 
 
 C = DLDataTypeCode
@@ -85,10 +144,28 @@ ML_DTYPES.update({"int2": (C.kDLInt, 2), "uint2": (C.kDLUInt, 2),
 
 # typestr kind -> DLPack code, for the kinds DLPack can carry.
 _KIND_CODE = {"b": C.kDLBool, "i": C.kDLInt, "u": C.kDLUInt, "f": C.kDLFloat, "c": C.kDLComplex}
-_KIND_WIDTHS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8), "c": (4, 8, 16)}
+_KIND_WIDTHS = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8),
+                "f": (2, 4, 8, 16) if BINARY128 else (2, 4, 8),
+                "c": (4, 8, 16, 32) if BINARY128 else (4, 8, 16)}
+# The widths NumPy reads exactly, by kind: what __array_interface__ may write (complex32 has no
+# NumPy type and goes out as an opaque item, like bfloat16).
+_EXACT_WIDTHS = dict(_KIND_WIDTHS, c=_KIND_WIDTHS["c"][1:])
+# Item sizes beyond any type: a typestr of more digits is refused before int() reads them.
+_MAX_DIGITS = 8
+_CODE_KIND = {int(code): kind for kind, code in _KIND_CODE.items()}
 _KIND_REJECT = {
     "M": "datetime", "m": "timedelta", "O": "object", "S": "byte string", "a": "byte string",
     "U": "unicode string", "V": "structured or opaque void",
+}
+# The way out of each refused kind, named in its message.
+_KIND_WAY_OUT = {
+    "M": "view it as int64 first (numpy: a.view('i8'))",
+    "m": "view it as int64 first (numpy: a.view('i8'))",
+    "O": "convert it to a numeric array first",
+    "S": "view it as bytes first (numpy: a.view('u1'))",
+    "a": "view it as bytes first (numpy: a.view('u1'))",
+    "U": "view it as UCS-4 code points first (numpy: a.view('u4'))",
+    "V": "pass one numeric field (a['name']) or a numeric view",
 }
 
 
@@ -153,6 +230,78 @@ def _name(code: int, bits: int, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
+class Fields(dict):  # type: ignore[type-arg]
+    """``todict``'s result: every DLPack field by name. pydlpack 0.2.1's nested
+    ``["dl_tensor"]`` layout still reads, with a DeprecationWarning (docs/migration.md)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: object) -> object:
+        if key == "dl_tensor":
+            from dlpack._legacy import dl_tensor_fields
+
+            return dl_tensor_fields(self)
+        raise KeyError(key)
+
+
+# Names of the types DLPack carries, as DType.name spells them -> (code, bits).
+_BY_NAME: dict[str, tuple[int, int]] = {
+    "bool": (C.kDLBool, 8),
+    **{f"int{b}": (C.kDLInt, b) for b in (8, 16, 32, 64)},
+    **{f"uint{b}": (C.kDLUInt, b) for b in (8, 16, 32, 64)},
+    **{f"float{b}": (C.kDLFloat, b) for b in (16, 32, 64)},
+    **{f"complex{b}": (C.kDLComplex, b) for b in (32, 64, 128)},
+    **ML_DTYPES,
+}
+
+
+def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
+    """(code, bits, lanes, flags) of a dtype a caller names: a name such as ``"float32"`` or
+    ``"float32x4"`` (4 lanes), a ``DType``, or a NumPy dtype or type (ml_dtypes' included).
+
+    Sub-byte names (``"int4"``) are packed; a NumPy sub-byte dtype is one element a byte, so it
+    comes with IS_SUBBYTE_TYPE_PADDED. Raises TypeError for other kinds of value, BufferError
+    for names DLPack has no type for.
+    """
+    if isinstance(value, DType):
+        if (value.code not in DLDataTypeCode.__members__.values() or not 0 <= value.bits < 256
+                or not 0 <= value.lanes < 65536):
+            raise BufferError(f"{protocol}: dtype = {value!r} is not a DLPack type (code "
+                              "0 to 17, bits below 256, lanes below 65536)")
+        return int(value.code), value.bits, value.lanes, 0
+    if isinstance(value, str):
+        return (*_named(protocol, value), 0)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            dt = np.dtype(value)
+        except TypeError:
+            dt = None
+        if dt is not None:
+            if dt.byteorder not in "=|" and dt.byteorder != NATIVE:
+                raise BufferError(f"{protocol}: dtype = {dt!r} is non-native byte order; "
+                                  "byte-swap the data first")
+            code, bits, lanes = _named(protocol, dt.name)
+            padded = bits < 8 and dt.itemsize == 1
+            return code, bits, lanes, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if padded else 0
+    raise TypeError(f"{protocol}: dtype = {value!r:.80} is not a type name such as 'float32', a "
+                    "dlpack.DType or a NumPy dtype")
+
+
+@lru_cache(maxsize=256)
+def _named(protocol: str, name: str) -> tuple[int, int, int]:
+    base, lanes = name, 1
+    head, x, tail = name.rpartition("x")          # "float32x4": 4 lanes of float32
+    if x and head in _BY_NAME and tail.isascii() and tail.isdigit():
+        base, lanes = head, int(tail)
+    if base in _BY_NAME and 0 < lanes < 65536:
+        code, bits = _BY_NAME[base]
+        return int(code), bits, lanes
+    raise BufferError(f"{protocol}: dtype = {name!r:.80} is not a type DLPack carries; use a "
+                      "name such as 'float32', 'int64', 'bool', 'complex64', 'bfloat16' or "
+                      "'float8_e4m3fn' (a dlpack.DType for anything else)")
+
+
 @lru_cache(maxsize=4096)
 def dtype(code: int, bits: int, lanes: int = 1) -> DType:
     """The shared ``DType`` instance for (code, bits, lanes)."""
@@ -169,28 +318,39 @@ def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int
     return _parse_typestr(protocol, typestr, name)
 
 
+def _shown(typestr: str) -> str:
+    """A typestr as messages quote it: whole unless it is absurdly long."""
+    return repr(typestr) if len(typestr) <= 40 else f"{typestr[:24]!r}... ({len(typestr)} chars)"
+
+
 @lru_cache(maxsize=256)
 def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, int, int]:
+    if len(typestr) >= 2 and typestr[1] in _KIND_REJECT and not (typestr[1] == "V"
+                                                                 and name in ML_DTYPES):
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is a "
+                          f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry; "
+                          f"{_KIND_WAY_OUT[typestr[1]]}")
     if len(typestr) < 3 or not (typestr[2:].isascii() and typestr[2:].isdigit()):
-        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not of the form "
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} is not of the form "
                           "'<byte order><kind><item size>', e.g. '<f4'")
-    order, kind, size = typestr[0], typestr[1], int(typestr[2:])
+    if len(typestr[2:].lstrip("0")) > _MAX_DIGITS:
+        raise BufferError(f"{protocol}: field 'typestr' = {_shown(typestr)} has an item size "
+                          "larger than any type")
+    order, kind, size = typestr[0], typestr[1], int(typestr[2:].lstrip("0") or "0")
     if order not in "<>|=":
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown byte-order "
                           f"character {order!r}")
-    if kind in "Vf" and name in ML_DTYPES:
+    if kind in "Vf" and name in ML_DTYPES:      # name: a real ml_dtypes dtype said it
         code, bits = ML_DTYPES[name]
         if size * 8 == bits:
             return code, bits, 0
         if bits < 8 and size == 1:
             return code, bits, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
-    if kind in _KIND_REJECT:
-        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a "
-                          f"{_KIND_REJECT[kind]} type, which DLPack cannot carry")
     if kind not in _KIND_CODE:
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown kind {kind!r}")
     if size not in _KIND_WIDTHS[kind]:
-        what = "long double" if kind in "fc" and size > 8 else f"{size}-byte"
+        long_double = size in ((10, 12, 16) if kind == "f" else (20, 24, 32) if kind == "c" else ())
+        what = "long double" if long_double else f"{size}-byte"
         raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is a {what} "
                           f"{'complex' if kind == 'c' else 'number'}, which DLPack cannot carry")
     if size > 1 and order == ("<" if NATIVE == ">" else ">"):
@@ -210,11 +370,16 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
         raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
                           "array-interface typestr (vector or sub-byte type)")
     size = bits // 8
-    kinds: dict[int, str] = {
-        C.kDLBool: "b", C.kDLInt: "i", C.kDLUInt: "u", C.kDLFloat: "f", C.kDLComplex: "c"}
+    kind = _CODE_KIND.get(code)
     order = "|" if size == 1 else NATIVE
-    if code in kinds and (code != C.kDLComplex or size in (8, 16)):
-        typestr = f"{order}{kinds[code]}{size}"
+    if kind is not None and size in _EXACT_WIDTHS[kind]:
+        typestr = f"{order}{kind}{size}"
         return typestr, [("", typestr)]
+    if kind is not None and (code, bits) != (C.kDLComplex, 32):
+        why = (f"'{order}{kind}{size}' is this platform's long double, not IEEE binary128"
+               if kind in "fc" and size in (16, 32) else
+               f"'{order}{kind}{size}' is no NumPy type")
+        raise BufferError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no exact "
+                          f"typestr ({why}); use __dlpack__")
     typestr = f"|V{size}"
     return typestr, [(_name(code, bits, lanes), typestr)]

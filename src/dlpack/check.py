@@ -2,11 +2,20 @@
 
 ``FACTORY()`` returns an object with ``__dlpack__`` (or a bare capsule). Every rule of the
 DLPack ABI and the array API (2023.12) that a consumer relies on is tried on real capsules read
-with ``dlpack.ctypes`` and reported pass / fail / n/a with the evidence. The deleter is observed
-through a ctypes trampoline written into the managed tensor's ``deleter`` field: a capsule
-destructor and a consumer both call the deleter through that field (the DLPack contract), so the
-trampoline counts every call, forwarding only the first to the producer's own deleter (a second
-call would be a double free in the checker's own process).
+with ``dlpack.ctypes`` and reported pass / fail / n/a with the evidence. Rules are functions
+registered with ``@rule`` below, in the order they run; ``basic-export`` comes first and the
+others need its plain export to have worked.
+
+Each producer is graded in a child process (``check_isolated``): a producer that crashes its
+consumer fails the rule that was running ("the producer crashed a consumer: signal 11") and
+the next rule resumes in a fresh child, as the hostile corpus does. Inside a child the checker
+itself never reads memory the kernel says is unmapped, never calls a NULL entry point, and
+disarms the destructors of capsules it finds sharing a tensor.
+
+The deleter is observed through a ctypes trampoline written into the managed tensor's
+``deleter`` field: a capsule destructor and a consumer both call the deleter through that field
+(the DLPack contract), so the trampoline counts every call, forwarding only the first to the
+producer's own deleter (a second call would be a double free in the checker's own process).
 """
 
 from __future__ import annotations
@@ -17,14 +26,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is impo
 
 import argparse
 import ctypes
+import datetime
+import faulthandler
 import gc
 import importlib
 import json
+import operator
+import queue
+import re
+import signal
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import textwrap
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import dlpack.ctypes as dlc
 from dlpack._types import (
@@ -35,14 +54,14 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
-from dlpack.matrix import quiet_native_stderr
+from dlpack.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
 
 SCHEMA = "pydlpack-check/1"
 VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
-RULES = ["capsule-names", "max-version", "flags", "deleter-unconsumed", "deleter-consumed",
-         "strides", "byte-offset-alignment", "device-copy", "stream", "exchange-api"]
+TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
+CAPSULE = type(datetime.datetime_CAPI)
 
 _api = ctypes.pythonapi
 _api.PyCapsule_GetName.restype = ctypes.c_char_p
@@ -51,8 +70,8 @@ _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_SetDestructor.restype = ctypes.c_int
+_api.PyCapsule_SetDestructor.argtypes = [ctypes.py_object, ctypes.c_void_p]
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -74,15 +93,59 @@ class _NA(Exception):
     """The rule does not apply to this producer; the message says why."""
 
 
+# -- reading capsules without trusting them ------------------------------------------------------
+
+def _libc_write() -> Callable[[int, int, int], int] | None:
+    """``write(2)`` from the C library (None where there is none to load)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        write = libc.write
+    except (OSError, AttributeError, TypeError):
+        return None
+    write.restype = ctypes.c_ssize_t
+    write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    return write
+
+
+_write = _libc_write()
+
+
+def readable(address: int | None, size: int) -> bool:
+    """Whether ``size`` bytes at ``address`` can be read, asked of the kernel.
+
+    ``write(2)`` of that memory into a pipe fails with EFAULT where reading it would fault, so
+    a wild pointer is reported instead of crashing the checker. Where there is no C library to
+    ask, True: the child process still contains the crash.
+    """
+    if not address:
+        return False
+    if _write is None or size <= 0:
+        return True
+    r, w = os.pipe()
+    try:
+        return _write(w, address, size) == size
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def capsule_name(capsule) -> bytes | None:
     """The capsule's name as bytes (None for an unnamed capsule)."""
     return _api.PyCapsule_GetName(capsule)
 
 
-def _struct(capsule, name: bytes):
-    """The managed tensor a capsule holds, as a ``dlpack.ctypes`` structure (not consumed)."""
-    kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
-    return kind.from_address(_api.PyCapsule_GetPointer(capsule, name))
+def _disarm(*capsules) -> None:
+    """Take the destructor off capsules that share a tensor: it leaks instead of being freed
+    twice (and the checker keeps running)."""
+    for capsule in capsules:
+        _api.PyCapsule_SetDestructor(capsule, None)
+
+
+def _what(obj: object) -> str:
+    """An object for a message: its type, and its value when short."""
+    text = repr(obj)
+    return f"{type(obj).__name__} {text}" if len(text) <= 40 else \
+        f"a {type(obj).__name__} object"
 
 
 def _plausible(t: dlc.DLTensor) -> bool:
@@ -93,6 +156,25 @@ def _plausible(t: dlc.DLTensor) -> bool:
     except ValueError:
         return False
     return 0 <= t.ndim <= 64 and t.dtype.lanes >= 1 and (t.ndim == 0 or bool(t.shape))
+
+
+def _address_of(pointer) -> int:
+    return ctypes.cast(pointer, ctypes.c_void_p).value or 0
+
+
+def _tensor_readable(t: dlc.DLTensor) -> None:
+    """Fail unless the shape and strides arrays a consumer reads are mapped memory."""
+    for field in ("shape", "strides"):
+        address = _address_of(getattr(t, field))
+        if address and not readable(address, 8 * t.ndim):
+            raise _Fail(f"DLTensor.{field} points at {address:#x}, which is not readable "
+                        "memory: a consumer crashes reading it")
+
+
+def _dtype_name(t: dlc.DLTensor) -> str:
+    code = DLDataTypeCode(t.dtype.code).name.removeprefix("kDL").lower()
+    lanes = f"x{t.dtype.lanes}" if t.dtype.lanes != 1 else ""
+    return f"{code}{t.dtype.bits}{lanes}"
 
 
 def _describe(t: dlc.DLTensor) -> dict:
@@ -106,6 +188,15 @@ def _describe(t: dlc.DLTensor) -> dict:
     return {"address": (t.data or 0) + t.byte_offset, "device": (t.device.device_type,
             t.device.device_id), "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes),
             "shape": shape, "strides": strides}
+
+
+def _struct_at(address: int, name: bytes):
+    """The managed tensor at ``address`` under a capsule named ``name``, checked readable."""
+    kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
+    if not readable(address, ctypes.sizeof(kind)):
+        raise _Fail(f"capsule {name.decode()!r} points at {address:#x}, which is not readable "
+                    "memory: a consumer crashes reading it")
+    return kind.from_address(address)
 
 
 class DeleterProbe:
@@ -132,20 +223,29 @@ class DeleterProbe:
         self._trampoline(self.address)
 
 
-class Checker:
-    """Runs every rule against one producer object (or one bare capsule)."""
+# -- the producer under test ---------------------------------------------------------------------
+
+class Subject:
+    """One producer object (or the factory of bare capsules) and what basic-export learnt."""
 
     def __init__(self, factory: Callable[[], object]) -> None:
         self.factory = factory
         self.obj: Any = factory()
-        self.bare = type(self.obj).__name__ == "PyCapsule"
-        self.results: list[Result] = []
-        self.refusal: BaseException | None = None
-        self.legacy_only = False
+        self.bare = isinstance(self.obj, CAPSULE)
+        self.usable = False          # basic-export passed: the other rules can ask for exports
+        self.legacy_only = False     # __dlpack__ takes no max_version (pre-2023.12 producer)
+        self.refusal: str | None = None     # what __dlpack__ raised on a plain request
         self.legacy_refusal: BufferError | None = None
-        self._alive: list = []      # capsules whose structs a rule is still reading
+        self._alive: list = []       # capsules whose structs a rule is still reading
 
-    # -- getting capsules --------------------------------------------------------------------
+    def state(self) -> dict:
+        """What later rules need from basic-export, for a child that resumes after a crash."""
+        return {"usable": self.usable, "legacy_only": self.legacy_only, "refusal": self.refusal}
+
+    def restore(self, state: dict) -> None:
+        self.usable = state.get("usable", False)
+        self.legacy_only = state.get("legacy_only", False)
+        self.refusal = state.get("refusal")
 
     def export(self, **kwargs):
         """A capsule from ``__dlpack__`` with these keywords (or a new bare capsule)."""
@@ -171,351 +271,506 @@ class Checker:
             return None
 
     def read(self, capsule) -> tuple[bytes, dlc.DLTensor, int, Any]:
-        """(name, DLTensor, flags, version) of an unconsumed capsule."""
+        """(name, DLTensor, flags, version) of an unconsumed capsule, its memory checked."""
+        if not isinstance(capsule, CAPSULE):
+            raise _Fail(f"__dlpack__ returned {_what(capsule)}, not a PyCapsule")
         self._alive.append(capsule)
         name = capsule_name(capsule)
         if name not in (VERSIONED, LEGACY):
             raise _Fail(f"capsule named {name!r}; consumers look for 'dltensor_versioned' or "
                         "'dltensor' (a 'used_' name means it was handed out already consumed)")
-        m = _struct(capsule, name)
+        m = _struct_at(_api.PyCapsule_GetPointer(capsule, name), name)
         if name == LEGACY:
             self._legacy_struct(capsule)
+            _tensor_readable(m.dl_tensor)
             return name, m.dl_tensor, 0, None
         if m.version.major != 1 or not _plausible(m.dl_tensor):
             raise _Fail(f"'dltensor_versioned' holds version {m.version.major}."
                         f"{m.version.minor} / an implausible DLTensor: not a "
                         "DLManagedTensorVersioned")
+        _tensor_readable(m.dl_tensor)
         return name, m.dl_tensor, m.flags, (m.version.major, m.version.minor)
-
-    # -- the rules ----------------------------------------------------------------------------
-
-    def run(self) -> list[Result]:
-        """Every rule in RULES order; a rule that raises unexpectedly fails with what it raised."""
-        if not self.bare:
-            try:
-                self.obj.__dlpack__(max_version=DLPACK_VERSION)
-            except TypeError:
-                self.legacy_only = True
-            except Exception as e:
-                self.refusal = e
-        for rule in RULES:
-            method = getattr(self, "rule_" + rule.replace("-", "_"))
-            self._alive.clear()
-            try:
-                status, evidence = "pass", method()
-            except _Fail as e:
-                status, evidence = "fail", str(e)
-            except _NA as e:
-                status, evidence = "n/a", str(e)
-            except Exception as e:
-                status, evidence = "fail", f"raised {type(e).__name__}: {e}"
-            self.results.append(Result(rule, status, " ".join(evidence.split())))
-        self._alive.clear()
-        return self.results
-
-    def _exportable(self) -> None:
-        """Make a rule n/a when the producer refuses this object altogether."""
-        if self.refusal is not None and not self.bare:
-            raise _NA(f"the producer refuses this object ({type(self.refusal).__name__}: "
-                      f"{self.refusal}); only the exchange-api rule applies")
 
     def _legacy_struct(self, capsule) -> None:
         """Fail when a 'dltensor' capsule does not hold a valid DLManagedTensor."""
         address = _api.PyCapsule_GetPointer(capsule, LEGACY)
-        if _plausible(dlc.DLManagedTensor.from_address(address).dl_tensor):
+        if _plausible(_struct_at(address, LEGACY).dl_tensor):
             return
-        as_versioned = dlc.DLManagedTensorVersioned.from_address(address)
-        if as_versioned.version.major == 1 and _plausible(as_versioned.dl_tensor):
-            raise _Fail("'dltensor' holds a DLManagedTensorVersioned (version "
-                        f"{as_versioned.version.major}.{as_versioned.version.minor}): a legacy "
-                        "consumer would read its version as the data pointer")
+        if readable(address, ctypes.sizeof(dlc.DLManagedTensorVersioned)):
+            as_versioned = dlc.DLManagedTensorVersioned.from_address(address)
+            if as_versioned.version.major == 1 and _plausible(as_versioned.dl_tensor):
+                raise _Fail("'dltensor' holds a DLManagedTensorVersioned (version "
+                            f"{as_versioned.version.major}.{as_versioned.version.minor}): a "
+                            "legacy consumer would read its version as the data pointer")
         raise _Fail("'dltensor' holds a struct whose device/dtype/ndim are not valid")
 
-    def rule_capsule_names(self) -> str:
-        """Capsule names match their structs, for 1.x and legacy consumers alike."""
-        self._exportable()
-        capsule = self.versioned()
-        name, t, _, version = self.read(capsule)
-        asked = "a bare capsule" if self.bare else "no keywords (TypeError on max_version)" \
-            if self.legacy_only else f"max_version={DLPACK_VERSION}"
-        if name == VERSIONED:
-            if version[0] != 1 or not _plausible(t):
-                raise _Fail(f"'dltensor_versioned' holds version {version} / an implausible "
-                            "DLTensor: not a DLManagedTensorVersioned")
-            seen = [f"{asked} → 'dltensor_versioned' v{version[0]}.{version[1]}"]
-        else:
-            self._legacy_struct(capsule)
-            seen = [f"{asked} → 'dltensor' (a valid DLManagedTensor"
-                    + ("" if self.bare or self.legacy_only else "; allowed, consumers check the "
-                       "name, but READ_ONLY cannot travel") + ")"]
-        if self.bare or self.legacy_only:
-            return "; ".join(seen)
-        capsule = self.legacy()
-        if capsule is None:
-            seen.append(f"no max_version → BufferError ({self.legacy_refusal}): allowed for data "
-                        "a legacy capsule cannot describe")
-            return "; ".join(seen)
-        legacy_name = capsule_name(capsule)
-        if legacy_name != LEGACY:
-            raise _Fail(f"no max_version gave {legacy_name!r}; a consumer that passes no "
-                        "max_version reads only 'dltensor' (array API: it must get a legacy "
-                        "capsule)")
-        self._legacy_struct(capsule)
-        return "; ".join([*seen, "no max_version → 'dltensor' (a valid DLManagedTensor)"])
-
-    def _asking(self, version: tuple[int, int]):
-        """``__dlpack__(max_version=version)``; any exception but BufferError is a failure."""
+    def device(self) -> tuple[int, int]:
+        """``__dlpack_device__()`` as consumers read it: two ints, or a failure naming the field."""
         try:
-            return self.export(max_version=version)
-        except BufferError:
-            raise
+            device = self.obj.__dlpack_device__()
         except Exception as e:
-            raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
-
-    def rule_max_version(self) -> str:
-        """max_version honoured (no higher major), or the TypeError of a pre-2023.12 producer."""
-        if self.bare:
-            raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
-        if self.legacy_only:
+            raise _Fail(f"__dlpack_device__() raised {type(e).__name__}: {e}") from None
+        if not isinstance(device, (tuple, list)) or len(device) != 2:
+            raise _Fail(f"__dlpack_device__() returned {_what(device)}, not a "
+                        "(device_type, device_id) pair of ints")
+        for field, value in zip(("device_type", "device_id"), device, strict=True):
             try:
-                self.obj.__dlpack__()
-            except Exception as e:
-                raise _Fail(f"max_version raises TypeError, and the plain call raises too: "
-                            f"{type(e).__name__}: {e}") from None
-            return ("max_version raises TypeError (a pre-2023.12 producer): consumers retry "
-                    "without keywords and get a legacy capsule, which works")
-        self._exportable()
-        seen = []
-        for asked in ((1, 0), (1, 99), (2, 0)):
-            name, _, _, version = self.read(self._asking(asked))
-            if name == LEGACY:
-                seen.append(f"{asked} → 'dltensor'")
-                continue
-            if version[0] > asked[0]:
-                raise _Fail(f"max_version={asked} gave version {version}")
-            seen.append(f"{asked} → v{version[0]}.{version[1]}")
+                if isinstance(value, bool):
+                    raise TypeError
+                operator.index(value)
+            except TypeError:
+                raise _Fail(f"__dlpack_device__() returned {tuple(device)!r}: {field} is "
+                            f"{_what(value)}, not an int (device_type is a DLDeviceType code, "
+                            "e.g. 1 for kDLCPU, 2 for kDLCUDA)") from None
+        device_type, device_id = (operator.index(x) for x in device)
         try:
-            name, *_ = self.read(self._asking((0, 8)))
-        except _Fail:
-            raise
-        except BufferError as e:
-            return "; ".join(seen) + f"; (0, 8) → BufferError ({e}): allowed for data a legacy " \
-                "capsule cannot describe"
-        if name != LEGACY:
-            raise _Fail(f"max_version=(0, 8) gave {name!r}; major < 1 asks for 'dltensor'")
-        return "; ".join(seen) + "; (0, 8) → 'dltensor'"
+            DLDeviceType(device_type)
+        except ValueError:
+            raise _Fail(f"__dlpack_device__() returned device_type {device_type}, which no "
+                        "DLPack version defines") from None
+        return device_type, device_id
 
-    def _memory_readonly(self) -> tuple[bool | None, str]:
-        """Independent evidence of whether the memory is read-only, and where it came from."""
-        obj: Any = self.obj
-        interface = getattr(obj, "__array_interface__", None)
-        if isinstance(interface, dict) and "data" in interface:
-            return bool(interface["data"][1]), "__array_interface__ data[1]"
+
+# -- the rules -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    """``grade(subject)`` returns the evidence of a pass, or raises _Fail / _NA."""
+
+    name: str
+    grade: Callable[[Subject], str]
+    needs_export: bool
+
+
+RULES: list[str] = []              # names, in the order they run (the JSON's order)
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(name: str, *, needs_export: bool = True):
+    """Register a rule under ``name``; it runs after those registered before it.
+
+    ``needs_export``: n/a without grading when basic-export failed (nothing to ask for).
+    """
+    def register(grade: Callable[[Subject], str]) -> Callable[[Subject], str]:
+        RULES.append(name)
+        REGISTRY[name] = Rule(name, grade, needs_export)
+        return grade
+    return register
+
+
+@rule("basic-export", needs_export=False)
+def basic_export(s: Subject) -> str:
+    """A plain request gives a fresh capsule of its own holding a readable, plausible tensor."""
+    if not s.bare and not hasattr(s.obj, "__dlpack__"):
+        raise _Fail(f"FACTORY() returned {_what(s.obj)}: no __dlpack__ and not a capsule, so "
+                    "not a DLPack producer")
+    if s.bare:
+        asked = "FACTORY()"
+        first = s.obj
+    else:
+        asked = f"__dlpack__(max_version={DLPACK_VERSION})"
         try:
-            return memoryview(obj).readonly, "memoryview(obj).readonly"
+            first = s.obj.__dlpack__(max_version=DLPACK_VERSION)
+        except TypeError:                   # a pre-2023.12 producer: consumers retry plainly
+            s.legacy_only, asked = True, "__dlpack__() (max_version raised TypeError)"
+            try:
+                first = s.obj.__dlpack__()
+            except Exception as e:
+                s.refusal = f"{type(e).__name__}: {e}"
+        except Exception as e:
+            s.refusal = f"{type(e).__name__}: {e}"
+        if s.refusal is not None:
+            raise _Fail(f"{asked} raised {s.refusal}: a consumer gets no tensor. FACTORY must "
+                        "return an object its producer exports (the exchange-api rule still "
+                        "compares the refusal)")
+    if not isinstance(first, CAPSULE):
+        raise _Fail(f"{asked} returned {_what(first)}, not a PyCapsule")
+    second = s.versioned()
+    if second is first:
+        _disarm(first)
+        raise _Fail(f"{asked} returned the same capsule object twice: the first consumer renames "
+                    "it 'used_…' and frees the tensor, the second reads freed memory")
+    name = capsule_name(first)
+    if name not in (VERSIONED, LEGACY):
+        s.usable = True
+        return f"{asked} → a capsule named {name!r} (capsule-names grades the name)"
+    _, t, _, version = s.read(first)
+    if isinstance(second, CAPSULE) and capsule_name(second) == name:
+        here = _api.PyCapsule_GetPointer(first, name)
+        if here == _api.PyCapsule_GetPointer(second, name):
+            _disarm(first, second)
+            raise _Fail(f"two live capsules from {asked} hold the same managed tensor "
+                        f"({here:#x}): each consumer calls its deleter, a double free")
+    s.usable = True
+    held = f"'{name.decode()}'" + (f" v{version[0]}.{version[1]}" if version else "")
+    return (f"{asked} → {held}: shape {tuple(t.shape[i] for i in range(t.ndim))}, "
+            f"{_dtype_name(t)}, device {(t.device.device_type, t.device.device_id)}; a second "
+            "export is a capsule and tensor of its own")
+
+
+@rule("capsule-names")
+def capsule_names(s: Subject) -> str:
+    """Capsule names match their structs, for 1.x and legacy consumers alike."""
+    capsule = s.versioned()
+    name, _, _, version = s.read(capsule)
+    asked = "a bare capsule" if s.bare else "no keywords (TypeError on max_version)" \
+        if s.legacy_only else f"max_version={DLPACK_VERSION}"
+    if name == VERSIONED:
+        seen = [f"{asked} → 'dltensor_versioned' v{version[0]}.{version[1]}"]
+    else:
+        seen = [f"{asked} → 'dltensor' (a valid DLManagedTensor"
+                + ("" if s.bare or s.legacy_only else "; allowed, consumers check the "
+                   "name, but READ_ONLY cannot travel") + ")"]
+    if s.bare or s.legacy_only:
+        return "; ".join(seen)
+    capsule = s.legacy()
+    if capsule is None:
+        seen.append(f"no max_version → BufferError ({s.legacy_refusal}): allowed for data "
+                    "a legacy capsule cannot describe")
+        return "; ".join(seen)
+    if not isinstance(capsule, CAPSULE):
+        raise _Fail(f"no max_version: __dlpack__() returned {_what(capsule)}, not a PyCapsule")
+    legacy_name = capsule_name(capsule)
+    if legacy_name != LEGACY:
+        raise _Fail(f"no max_version gave {legacy_name!r}; a consumer that passes no "
+                    "max_version reads only 'dltensor' (array API: it must get a legacy "
+                    "capsule)")
+    s.read(capsule)
+    return "; ".join([*seen, "no max_version → 'dltensor' (a valid DLManagedTensor)"])
+
+
+def _asking(s: Subject, version: tuple[int, int]):
+    """``__dlpack__(max_version=version)``; any exception but BufferError is a failure."""
+    try:
+        return s.export(max_version=version)
+    except BufferError:
+        raise
+    except Exception as e:
+        raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
+
+
+@rule("max-version")
+def max_version(s: Subject) -> str:
+    """max_version honoured (no higher major), or the TypeError of a pre-2023.12 producer."""
+    if s.bare:
+        raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
+    if s.legacy_only:
+        return ("max_version raises TypeError (a pre-2023.12 producer): consumers retry "
+                "without keywords and get a legacy capsule, which works")
+    seen = []
+    for asked in ((1, 0), (1, 99), (2, 0)):
+        name, _, _, version = s.read(_asking(s, asked))
+        if name == LEGACY:
+            seen.append(f"{asked} → 'dltensor'")
+            continue
+        if version[0] > asked[0]:
+            raise _Fail(f"max_version={asked} gave version {version}")
+        seen.append(f"{asked} → v{version[0]}.{version[1]}")
+    try:
+        name, *_ = s.read(_asking(s, (0, 8)))
+    except BufferError as e:
+        return "; ".join(seen) + f"; (0, 8) → BufferError ({e}): allowed for data a legacy " \
+            "capsule cannot describe"
+    if name != LEGACY:
+        raise _Fail(f"max_version=(0, 8) gave {name!r}; major < 1 asks for 'dltensor'")
+    return "; ".join(seen) + "; (0, 8) → 'dltensor'"
+
+
+_IMMUTABLE = ("jax", "jaxlib", "tensorflow")
+
+
+def _memory_readonly(obj: Any) -> tuple[bool | None, str]:
+    """Independent evidence of whether the memory is read-only, and where it came from.
+
+    ``__array_interface__['data']`` is a ``(address, read_only)`` pair, a buffer object (whose
+    own readonly flag decides), or None (the object's own buffer).
+    """
+    try:
+        interface = getattr(obj, "__array_interface__", None)
+    except Exception:
+        interface = None
+    if isinstance(interface, dict) and "data" in interface:
+        data = interface["data"]
+        if isinstance(data, tuple) and len(data) == 2:
+            return bool(data[1]), "__array_interface__ data[1]"
+        source = obj if data is None else data
+        try:
+            with memoryview(source) as view:
+                return view.readonly, (f"__array_interface__ data is {_what(source)}, whose "
+                                       "buffer is " + ("read-only" if view.readonly else
+                                                       "writable"))
         except TypeError:
             pass
-        top = type(obj).__module__.split(".")[0]
-        if top in ("jax", "jaxlib", "tensorflow"):
-            return True, f"{top} arrays are immutable"
-        return None, "no other protocol says whether the memory is writable"
+    try:
+        cuda = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:
+        cuda = None
+    if isinstance(cuda, dict) and isinstance(cuda.get("data"), tuple) and len(cuda["data"]) == 2:
+        return bool(cuda["data"][1]), "__cuda_array_interface__ data[1]"
+    try:
+        with memoryview(obj) as view:
+            return view.readonly, "memoryview(obj).readonly"
+    except TypeError:
+        pass
+    top = type(obj).__module__.split(".")[0]
+    if top in _IMMUTABLE:
+        return True, f"{top} arrays are immutable"
+    return None, "no other protocol says whether the memory is writable"
 
-    def rule_flags(self) -> str:
-        """Only known flag bits; READ_ONLY on read-only memory; IS_COPIED only on copies."""
-        self._exportable()
-        name, t, flags, _ = self.read(self.versioned())
-        if name == LEGACY:
-            readonly, how = (None, "bare capsule") if self.bare else self._memory_readonly()
-            state = {True: "read-only", False: "writable", None: "unknown"}[readonly]
-            raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'): "
-                      f"consumers cannot be told; the memory: {state} ({how})")
-        if flags & ~KNOWN_FLAGS:
-            raise _Fail(f"flags {flags:#x} has bits no DLPack version defines")
-        address = _describe(t)["address"]
-        _, again, _again_flags, _ = self.read(self.versioned())
-        same = _describe(again)["address"] == address
-        if flags & FLAG_BITMASK_IS_COPIED and same:
-            raise _Fail("IS_COPIED set on an export (copy=None) that shares memory with the next "
-                        "export: it is not a copy")
-        readonly, how = (None, "bare capsule") if self.bare else self._memory_readonly()
-        got = bool(flags & FLAG_BITMASK_READ_ONLY)
-        if readonly and not got:
-            raise _Fail(f"READ_ONLY missing, but the memory is read-only ({how}): consumers "
-                        "will write to it")
-        note = "READ_ONLY set on writable memory (conservative)" if got and readonly is False \
-            else f"READ_ONLY={'set' if got else 'clear'}"
-        return f"flags {flags:#x}: {note} ({how}); IS_COPIED clear on shared exports"
 
-    def _deleter_case(self, consumed: bool, versioned: bool) -> str:
-        """Drop one capsule (renamed first if ``consumed``) and count its deleter calls."""
-        capsule = self.versioned() if versioned else self.legacy()
-        if capsule is None:
-            return "no max_version: refused with BufferError (nothing to free)"
-        name, *_ = self.read(capsule)       # never touch the deleter of an invalid struct
-        self._alive.clear()
-        address = _api.PyCapsule_GetPointer(capsule, name)
-        if consumed:
-            _api.PyCapsule_SetName(capsule, USED[name])    # what every consumer does
-        probe = DeleterProbe(address, name == VERSIONED)
-        if not probe.had_deleter:
-            return f"{name.decode()}: NULL deleter (nothing to free)"
-        del capsule
-        gc.collect()
-        by_capsule = probe.calls
-        if consumed:
-            if by_capsule:
-                raise _Fail(f"{name.decode()} renamed to {USED[name].decode()!r} (consumed), yet "
-                            "its destructor called the deleter: with the consumer's own call "
-                            "that is twice")
-            probe.call_as_consumer()
-            return f"{name.decode()}: destructor left the consumed tensor alone; " \
-                   "consumer's call ran it once"
-        if by_capsule == 0:
-            raise _NA(f"unconsumed {name.decode()} capsule dropped: no call through its deleter "
-                      "field; the destructor frees it some other way (or leaks), which a "
-                      "consumer cannot observe")
-        if by_capsule != 1:
-            raise _Fail(f"unconsumed {name.decode()} capsule dropped: deleter called "
-                        f"{by_capsule} times, not once")
-        return f"{name.decode()}: dropped unconsumed → deleter called once"
+@rule("flags")
+def flags_rule(s: Subject) -> str:
+    """Only known flag bits; READ_ONLY on read-only memory; IS_COPIED only on copies."""
+    name, t, flags, _ = s.read(s.versioned())
+    if name == LEGACY:
+        readonly, how = (None, "bare capsule") if s.bare else _memory_readonly(s.obj)
+        state = {True: "read-only", False: "writable", None: "unknown"}[readonly]
+        raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'): "
+                  f"consumers cannot be told; the memory: {state} ({how})")
+    if flags & ~KNOWN_FLAGS:
+        raise _Fail(f"flags {flags:#x} has bits no DLPack version defines")
+    address = _describe(t)["address"]
+    _, again, _again_flags, _ = s.read(s.versioned())
+    same = _describe(again)["address"] == address
+    if flags & FLAG_BITMASK_IS_COPIED and same:
+        raise _Fail("IS_COPIED set on an export (copy=None) that shares memory with the next "
+                    "export: it is not a copy")
+    readonly, how = (None, "bare capsule") if s.bare else _memory_readonly(s.obj)
+    got = bool(flags & FLAG_BITMASK_READ_ONLY)
+    if readonly and not got:
+        raise _Fail(f"READ_ONLY missing, but the memory is read-only ({how}): consumers "
+                    "will write to it")
+    note = "READ_ONLY set on writable memory (conservative)" if got and readonly is False \
+        else f"READ_ONLY={'set' if got else 'clear'}"
+    return f"flags {flags:#x}: {note} ({how}); IS_COPIED clear on shared exports"
 
-    def _deleter_rule(self, consumed: bool) -> str:
-        """The deleter case for the versioned and (unless refused) the legacy capsule."""
-        self._exportable()
-        cases = [True] if self.legacy_only or self.bare else [True, False]
-        return "; ".join(self._deleter_case(consumed, v) for v in cases)
 
-    def rule_deleter_unconsumed(self) -> str:
-        """An unconsumed capsule's destructor runs the deleter exactly once."""
-        return self._deleter_rule(False)
+def _deleter_case(s: Subject, consumed: bool, versioned: bool) -> str:
+    """Drop one capsule (renamed first if ``consumed``) and count its deleter calls."""
+    capsule = s.versioned() if versioned else s.legacy()
+    if capsule is None:
+        return "no max_version: refused with BufferError (nothing to free)"
+    name, *_ = s.read(capsule)       # never touch the deleter of an invalid struct
+    s._alive.clear()
+    address = _api.PyCapsule_GetPointer(capsule, name)
+    if consumed:
+        _api.PyCapsule_SetName(capsule, USED[name])    # what every consumer does
+    probe = DeleterProbe(address, name == VERSIONED)
+    if not probe.had_deleter:
+        return f"{name.decode()}: NULL deleter (nothing to free)"
+    del capsule
+    gc.collect()
+    by_capsule = probe.calls
+    if consumed:
+        if by_capsule:
+            raise _Fail(f"{name.decode()} renamed to {USED[name].decode()!r} (consumed), yet "
+                        "its destructor called the deleter: with the consumer's own call "
+                        "that is twice")
+        probe.call_as_consumer()
+        return f"{name.decode()}: destructor left the consumed tensor alone; " \
+               "consumer's call ran it once"
+    if by_capsule == 0:
+        raise _NA(f"unconsumed {name.decode()} capsule dropped: no call through its deleter "
+                  "field; the destructor frees it some other way (or leaks), which a "
+                  "consumer cannot observe")
+    if by_capsule != 1:
+        raise _Fail(f"unconsumed {name.decode()} capsule dropped: deleter called "
+                    f"{by_capsule} times, not once")
+    return f"{name.decode()}: dropped unconsumed → deleter called once"
 
-    def rule_deleter_consumed(self) -> str:
-        """A consumed (renamed) capsule's destructor leaves the deleter to the consumer."""
-        return self._deleter_rule(True)
 
-    def rule_strides(self) -> str:
-        """Strides are non-NULL in capsules of DLPack 1.2 and later."""
-        self._exportable()
-        _name, t, _, version = self.read(self.versioned())
-        if t.ndim == 0:
-            raise _NA("0-d tensor: no strides to give")
-        if t.strides:
-            return f"strides {[t.strides[i] for i in range(t.ndim)]} (non-NULL)"
-        if version is not None and version >= (1, 2):
-            raise _Fail(f"NULL strides in a v{version[0]}.{version[1]} capsule; DLPack >= 1.2 "
-                        "requires them")
-        return f"NULL strides, allowed in {'legacy' if version is None else version} capsules"
+def _deleter_rule(s: Subject, consumed: bool) -> str:
+    """The deleter case for the versioned and (unless refused) the legacy capsule."""
+    cases = [True] if s.legacy_only or s.bare else [True, False]
+    return "; ".join(_deleter_case(s, consumed, v) for v in cases)
 
-    def rule_byte_offset_alignment(self) -> str:
-        """The first element is aligned to its scalar size; data is non-NULL when needed."""
-        self._exportable()
-        _, t, _, _ = self.read(self.versioned())
-        scalar = t.dtype.bits // (2 if t.dtype.code == DLDataTypeCode.kDLComplex else 1)
-        align = max(1, min(scalar // 8, 8))
-        first = (t.data or 0) + t.byte_offset
-        if not t.data and t.ndim and all(t.shape[i] for i in range(t.ndim)):
-            raise _Fail("NULL data pointer on a non-empty tensor")
-        if first % align:
-            raise _Fail(f"first element at {first:#x} is not {align}-byte aligned")
-        return (f"byte_offset {t.byte_offset}; first element {align}-byte aligned; data % 256 = "
-                f"{(t.data or 0) % 256}")
 
-    def rule_device_copy(self) -> str:
-        """__dlpack_device__, dl_device and copy follow the array API (2023.12)."""
-        self._exportable()
-        if self.bare or self.legacy_only:
-            raise _NA("no dl_device/copy keywords (bare capsule or pre-2023.12 producer)")
-        device = tuple(self.obj.__dlpack_device__())
-        if len(device) != 2 or not all(isinstance(x, int) for x in device):
-            raise _Fail(f"__dlpack_device__() returned {device!r}, not (int, int)")
-        device = (int(device[0]), int(device[1]))
-        _, t, _, _ = self.read(self.versioned())
-        base = _describe(t)
-        if base["device"] != device:
-            raise _Fail(f"__dlpack_device__() {device} but the capsule says {base['device']}")
-        for kwargs in ({"dl_device": device}, {"copy": False}):
-            _, t, flags, _ = self.read(self.versioned(**kwargs))
-            if _describe(t)["address"] != base["address"] or flags & FLAG_BITMASK_IS_COPIED:
-                raise _Fail(f"{kwargs} copied; it must share the memory")
-        seen = [f"__dlpack_device__ {device}", "dl_device=same and copy=False share memory"]
-        try:
-            _, t, flags, _ = self.read(self.versioned(copy=True))
-        except BufferError as e:
-            seen.append(f"copy=True refused with BufferError ({e})")
-        else:
-            if _describe(t)["address"] == base["address"]:
-                raise _Fail("copy=True returned the same memory")
-            seen.append("copy=True gives new memory"
-                        + (", IS_COPIED set" if flags & FLAG_BITMASK_IS_COPIED else
-                           " (IS_COPIED not set)"))
-        elsewhere = (int(DLDeviceType.kDLCUDA if device[0] == DLDeviceType.kDLCPU
-                         else DLDeviceType.kDLCPU), 0)
-        try:
-            self.versioned(dl_device=elsewhere, copy=False)
-        except BufferError:
-            seen.append(f"dl_device={elsewhere}, copy=False → BufferError")
-        except Exception as e:
-            raise _Fail(f"dl_device={elsewhere}, copy=False raised {type(e).__name__} "
-                        f"({e}); the array API asks for BufferError") from None
-        else:
-            raise _Fail(f"dl_device={elsewhere}, copy=False did not raise: a device change "
-                        "needs a copy")
-        return "; ".join(seen)
+@rule("deleter-unconsumed")
+def deleter_unconsumed(s: Subject) -> str:
+    """An unconsumed capsule's destructor runs the deleter exactly once."""
+    return _deleter_rule(s, False)
 
-    def rule_stream(self) -> str:
-        """CUDA data: streams None, -1 and 1 accepted, 0 refused (n/a on other devices)."""
-        self._exportable()
-        if self.bare:
-            raise _NA("bare capsule: no __dlpack__ to pass a stream to")
-        device = tuple(int(x) for x in self.obj.__dlpack_device__())
-        if device[0] != DLDeviceType.kDLCUDA:
-            self.read(self.versioned(stream=None))
-            raise _NA(f"device {device}: stream is for CUDA data (stream=None accepted)")
-        for stream in (None, -1, 1):
-            self.read(self.versioned(stream=stream))
-        try:
-            self.versioned(stream=0)
-        except (ValueError, BufferError, RuntimeError) as e:
-            return f"None, -1, 1 accepted; 0 refused ({type(e).__name__})"
-        raise _Fail("stream=0 accepted; the array API disallows it (ambiguous)")
 
-    def rule_exchange_api(self) -> str:
-        """The C exchange API describes the same memory with the same refusals as __dlpack__."""
-        api_capsule = None if self.bare else getattr(type(self.obj),
-                                                     "__dlpack_c_exchange_api__", None)
-        if api_capsule is None:
-            raise _NA("no __dlpack_c_exchange_api__ on the type")
-        if capsule_name(api_capsule) != b"dlpack_exchange_api":
-            raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
-                        "not 'dlpack_exchange_api'")
-        api = dlc.DLPackExchangeAPI.from_address(_api.PyCapsule_GetPointer(
-            api_capsule, b"dlpack_exchange_api"))
-        out = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
-        try:
-            api.managed_tensor_from_py_object_no_sync(self.obj, ctypes.byref(out))
-        except Exception as e:
-            if self.refusal is not None:
-                return (f"refuses as __dlpack__ does: {type(e).__name__} (__dlpack__: "
-                        f"{type(self.refusal).__name__})")
-            raise _Fail(f"exchange API raised {type(e).__name__} ({e}) on an object "
-                        "__dlpack__ exports") from None
-        m = out.contents
-        fast = _describe(m.dl_tensor)
-        fast_flags = m.flags
-        DeleterProbe(ctypes.addressof(m), True).call_as_consumer()
-        if self.refusal is not None:
-            raise _Fail(f"exchange API exported an object __dlpack__ refuses "
-                        f"({type(self.refusal).__name__}: {self.refusal})")
-        _, t, flags, _ = self.read(self.versioned())
-        slow = _describe(t)
-        diff = [k for k in slow if slow[k] != fast[k]]
-        if (flags ^ fast_flags) & FLAG_BITMASK_READ_ONLY:
-            diff.append("READ_ONLY flag")
-        if diff:
-            raise _Fail("exchange API and __dlpack__ differ in " + ", ".join(
-                f"{k}: {fast.get(k)} vs {slow.get(k)}" if k in slow else k for k in diff))
-        return (f"v{api.header.version.major}.{api.header.version.minor}: same address, shape, "
-                "strides, dtype, device and READ_ONLY as __dlpack__")
+@rule("deleter-consumed")
+def deleter_consumed(s: Subject) -> str:
+    """A consumed (renamed) capsule's destructor leaves the deleter to the consumer."""
+    return _deleter_rule(s, True)
+
+
+@rule("strides")
+def strides(s: Subject) -> str:
+    """Strides are non-NULL in capsules of DLPack 1.2 and later."""
+    _name, t, _, version = s.read(s.versioned())
+    if t.ndim == 0:
+        raise _NA("0-d tensor: no strides to give")
+    if t.strides:
+        return f"strides {[t.strides[i] for i in range(t.ndim)]} (non-NULL)"
+    if version is not None and version >= (1, 2):
+        raise _Fail(f"NULL strides in a v{version[0]}.{version[1]} capsule; DLPack >= 1.2 "
+                    "requires them")
+    return f"NULL strides, allowed in {'legacy' if version is None else version} capsules"
+
+
+@rule("byte-offset-alignment")
+def byte_offset_alignment(s: Subject) -> str:
+    """The first element is aligned to its scalar size; data is non-NULL when needed."""
+    _, t, _, _ = s.read(s.versioned())
+    scalar = t.dtype.bits // (2 if t.dtype.code == DLDataTypeCode.kDLComplex else 1)
+    align = max(1, min(scalar // 8, 8))
+    first = (t.data or 0) + t.byte_offset
+    if not t.data and t.ndim and all(t.shape[i] for i in range(t.ndim)):
+        raise _Fail("NULL data pointer on a non-empty tensor")
+    if first % align:
+        raise _Fail(f"first element at {first:#x} is not {align}-byte aligned")
+    return (f"byte_offset {t.byte_offset}; first element {align}-byte aligned; data % 256 = "
+            f"{(t.data or 0) % 256}")
+
+
+@rule("device-copy")
+def device_copy(s: Subject) -> str:
+    """__dlpack_device__, dl_device and copy follow the array API (2023.12)."""
+    if s.bare or s.legacy_only:
+        raise _NA("no dl_device/copy keywords (bare capsule or pre-2023.12 producer)")
+    device = s.device()
+    _, t, _, _ = s.read(s.versioned())
+    base = _describe(t)
+    if base["device"] != device:
+        raise _Fail(f"__dlpack_device__() {device} but the capsule says {base['device']}")
+    for kwargs in ({"dl_device": device}, {"copy": False}):
+        _, t, flags, _ = s.read(s.versioned(**kwargs))
+        if _describe(t)["address"] != base["address"] or flags & FLAG_BITMASK_IS_COPIED:
+            raise _Fail(f"{kwargs} copied; it must share the memory")
+    seen = [f"__dlpack_device__ {device}", "dl_device=same and copy=False share memory"]
+    try:
+        _, t, flags, _ = s.read(s.versioned(copy=True))
+    except BufferError as e:
+        seen.append(f"copy=True refused with BufferError ({e})")
+    else:
+        if _describe(t)["address"] == base["address"]:
+            raise _Fail("copy=True returned the same memory")
+        seen.append("copy=True gives new memory"
+                    + (", IS_COPIED set" if flags & FLAG_BITMASK_IS_COPIED else
+                       " (IS_COPIED not set)"))
+    elsewhere = (int(DLDeviceType.kDLCUDA if device[0] == DLDeviceType.kDLCPU
+                     else DLDeviceType.kDLCPU), 0)
+    try:
+        s.versioned(dl_device=elsewhere, copy=False)
+    except BufferError:
+        seen.append(f"dl_device={elsewhere}, copy=False → BufferError")
+    except Exception as e:
+        raise _Fail(f"dl_device={elsewhere}, copy=False raised {type(e).__name__} "
+                    f"({e}); the array API asks for BufferError") from None
+    else:
+        raise _Fail(f"dl_device={elsewhere}, copy=False did not raise: a device change "
+                    "needs a copy")
+    return "; ".join(seen)
+
+
+@rule("stream")
+def stream(s: Subject) -> str:
+    """CUDA data: streams None, -1 and 1 accepted, 0 refused (n/a on other devices)."""
+    if s.bare:
+        raise _NA("bare capsule: no __dlpack__ to pass a stream to")
+    try:
+        device = s.device()
+    except _Fail:
+        if s.legacy_only:                   # device-copy is n/a for it: fail here
+            raise
+        raise _NA("cannot tell whether the data is on a CUDA device: __dlpack_device__() is "
+                  "not valid (device-copy fails it)") from None
+    if device[0] != DLDeviceType.kDLCUDA:
+        s.read(s.versioned(stream=None))
+        raise _NA(f"device {device}: stream is for CUDA data (stream=None accepted)")
+    for value in (None, -1, 1):
+        s.read(s.versioned(stream=value))
+    try:
+        s.versioned(stream=0)
+    except (ValueError, BufferError, RuntimeError) as e:
+        return f"None, -1, 1 accepted; 0 refused ({type(e).__name__})"
+    raise _Fail("stream=0 accepted; the array API disallows it (ambiguous)")
+
+
+_REQUIRED = ("managed_tensor_allocator", "managed_tensor_from_py_object_no_sync",
+             "managed_tensor_to_py_object_no_sync", "current_work_stream")   # dlpack.h: not NULL
+
+
+@rule("exchange-api", needs_export=False)
+def exchange_api(s: Subject) -> str:
+    """The C exchange API describes the same memory with the same refusals as __dlpack__."""
+    api_capsule = None if s.bare else getattr(type(s.obj), "__dlpack_c_exchange_api__", None)
+    if api_capsule is None:
+        raise _NA("no __dlpack_c_exchange_api__ on the type")
+    if not s.usable and s.refusal is None:
+        raise _NA("not graded: basic-export failed, so there is no __dlpack__ export to compare "
+                  "the exchange API with")
+    if not isinstance(api_capsule, CAPSULE):
+        raise _Fail(f"__dlpack_c_exchange_api__ is {_what(api_capsule)}, not a PyCapsule")
+    if capsule_name(api_capsule) != b"dlpack_exchange_api":
+        raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
+                    "not 'dlpack_exchange_api'")
+    where = _api.PyCapsule_GetPointer(api_capsule, b"dlpack_exchange_api")
+    if not readable(where, ctypes.sizeof(dlc.DLPackExchangeAPI)):
+        raise _Fail(f"__dlpack_c_exchange_api__ points at {where:#x}, which is not readable "
+                    "memory")
+    api = dlc.DLPackExchangeAPI.from_address(where)
+    version = (api.header.version.major, api.header.version.minor)
+    if version[0] != 1:
+        raise _Fail(f"DLPackExchangeAPI version {version[0]}.{version[1]}: a 1.x consumer "
+                    "cannot read its entry points")
+    null = [f for f in _REQUIRED if not _address_of(getattr(api, f))]
+    if null:
+        raise _Fail(f"NULL entry point{'s' * (len(null) > 1)} {', '.join(null)} (dlpack.h: must "
+                    "not be NULL): a consumer calling one crashes; nothing was called")
+    out = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
+    try:
+        status = api.managed_tensor_from_py_object_no_sync(s.obj, ctypes.byref(out))
+        if status != 0 or not out:
+            raise RuntimeError(f"returned {status} with " + ("a tensor" if out else "no tensor"))
+    except Exception as e:
+        if s.refusal is not None:
+            return f"refuses as __dlpack__ does: {type(e).__name__} (__dlpack__: {s.refusal})"
+        raise _Fail(f"managed_tensor_from_py_object_no_sync raised {type(e).__name__} ({e}) on "
+                    "an object __dlpack__ exports") from None
+    m = _struct_at(_address_of(out), VERSIONED)
+    if m.version.major != 1 or not _plausible(m.dl_tensor):
+        raise _Fail("managed_tensor_from_py_object_no_sync gave a struct that is not a valid "
+                    "DLManagedTensorVersioned (it is leaked, not freed)")
+    _tensor_readable(m.dl_tensor)
+    fast = _describe(m.dl_tensor)
+    fast_flags = m.flags
+    DeleterProbe(ctypes.addressof(m), True).call_as_consumer()
+    if s.refusal is not None:
+        raise _Fail(f"exchange API exported an object __dlpack__ refuses ({s.refusal})")
+    _, t, flags, _ = s.read(s.versioned())
+    slow = _describe(t)
+    diff = [k for k in slow if slow[k] != fast[k]]
+    if (flags ^ fast_flags) & FLAG_BITMASK_READ_ONLY:
+        diff.append("READ_ONLY flag")
+    if diff:
+        raise _Fail("exchange API and __dlpack__ differ in " + ", ".join(
+            f"{k}: {fast.get(k)} vs {slow.get(k)}" if k in slow else k for k in diff))
+    return (f"v{version[0]}.{version[1]}: same address, shape, strides, dtype, device and "
+            "READ_ONLY as __dlpack__")
+
+
+# -- running the rules ---------------------------------------------------------------------------
+
+def grade(s: Subject, name: str) -> Result:
+    """One rule's result; a rule that raises unexpectedly fails with what it raised."""
+    r = REGISTRY[name]
+    if r.needs_export and not s.usable:
+        return Result(name, "n/a", "not graded: basic-export failed")
+    try:
+        status, evidence = "pass", r.grade(s)
+    except _Fail as e:
+        status, evidence = "fail", str(e)
+    except _NA as e:
+        status, evidence = "n/a", str(e)
+    except Exception as e:
+        status, evidence = "fail", f"raised {type(e).__name__}: {e}"
+    finally:
+        s._alive.clear()
+    return Result(name, status, " ".join(evidence.split()))
 
 
 def load(spec: str) -> Callable[[], object]:
@@ -527,29 +782,182 @@ def load(spec: str) -> Callable[[], object]:
 
 
 def check(factory: Callable[[], object]) -> list[Result]:
-    """Every rule against the producer ``factory()`` returns (called again for bare capsules)."""
-    return Checker(factory).run()
+    """Every rule against ``factory()``, in this process (``check_isolated`` survives crashes)."""
+    s = Subject(factory)
+    return [grade(s, name) for name in RULES]
 
 
-def render_text(spec: str, results: list[Result]) -> str:
-    """One producer's report: a line per rule, evidence wrapped at 100 columns, never cut."""
-    out = [f"python -m dlpack check {spec}"]
-    for r in results:
-        out += textwrap.wrap(r.evidence, 100, initial_indent=f"  {r.status:<4}  {r.rule:<22} ",
-                             subsequent_indent=" " * 30, break_long_words=False)
+def _worker(spec: str, start: int, state: dict) -> NoReturn:
+    """The child of ``check_isolated``: a JSON line before and after each rule, on the original
+    standard output; whatever else is printed goes to the parent's log."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+
+    def send(**message) -> None:
+        channel.write(json.dumps(message, ensure_ascii=False) + "\n")
+        channel.flush()
+
+    with quiet_native_stderr():
+        faulthandler.enable(sys.stderr)
+        send(start="factory")
+        try:
+            s = Subject(load(spec))
+        except Exception as e:
+            send(result=asdict(Result("factory", "fail", " ".join(
+                f"{type(e).__name__}: {e}".split()))))
+            os._exit(0)
+        s.restore(state)
+        for name in RULES[start:]:
+            send(start=name)
+            result = grade(s, name)
+            send(result=asdict(result), state=s.state())
+        channel.flush()
+        os._exit(0)          # no interpreter teardown: a producer's leftovers cannot crash it
+
+
+def _crash(rc: int | None, log: str) -> str:
+    """How a child ended early (signal, exit status or timeout), and where, from its log."""
+    if rc is None:
+        return f"it ran past {TIMEOUT} s and was stopped"
+    if rc < 0:
+        try:
+            what = f"signal {-rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            what = f"signal {-rc}"
+    else:
+        what = f"exit status {rc}"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)',
+                        log.split("Fatal Python error")[-1])
+    frames = [f for f in frames if not f[0].startswith(stdlib)] or frames
+    if frames:        # faulthandler lists the most recent call first
+        path, line, function = frames[0]
+        return f"{what}; last Python frame: {os.path.basename(path)}:{line} in {function}"
+    said = [line.strip() for line in log.splitlines() if line.strip()]
+    return f"{what}; it said: {said[-1]}" if said and rc > 0 else what
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment, with its module path: MODULE resolves as it does here."""
+    paths = [p or os.getcwd() for p in sys.path]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+def check_isolated(spec: str) -> Iterator[Result]:
+    """Every rule against ``MODULE:FACTORY``, run in child processes, yielded as decided.
+
+    A crash (or a rule running past TIMEOUT) fails the rule that was running, and the rules
+    after it resume in a new child; when basic-export is what crashed, the rules that need an
+    export are n/a. A factory that cannot be loaded or called gives one ``factory`` result.
+    """
+    state: dict = {}
+    start = 0
+    while start < len(RULES):
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "dlpack.check", "--worker", spec, str(start),
+                 json.dumps(state)], stdout=subprocess.PIPE, stderr=log,
+                stdin=subprocess.DEVNULL, env=_child_env(), text=True, encoding="utf-8",
+                errors="replace")
+            lines: queue.Queue[str | None] = queue.Queue()
+
+            def pump(pipe=child.stdout, lines=lines) -> None:
+                for line in pipe:
+                    lines.put(line)
+                lines.put(None)
+
+            threading.Thread(target=pump, daemon=True).start()
+            running: str | None = None
+            timed_out = False
+            while True:
+                try:
+                    line = lines.get(timeout=TIMEOUT)
+                except queue.Empty:
+                    child.kill()
+                    timed_out = True
+                    break
+                if line is None:
+                    break
+                message = json.loads(line)
+                if "start" in message:
+                    running = message["start"]
+                    continue
+                result = Result(**message["result"])
+                running = None
+                if result.rule == "factory":
+                    child.wait()
+                    yield result
+                    return
+                state = message["state"]
+                start += 1
+                yield result
+            rc = child.wait()
+            if start >= len(RULES):
+                return
+            log.seek(0)
+            how = _crash(None if timed_out else rc, log.read())
+        if start == 0 and running in (None, "factory"):
+            yield Result("factory", "fail", f"importing and calling FACTORY ended the checker's "
+                         f"child process: {how}")
+            return
+        yield Result(RULES[start], "fail", f"the producer crashed a consumer: {how}"
+                     if not timed_out else f"the rule did not finish: {how}")
+        if RULES[start] == "basic-export":
+            state = {"usable": False}
+        start += 1
+
+
+# -- output --------------------------------------------------------------------------------------
+
+def render_result(r: Result, width: int) -> str:
+    """One rule's line(s): status, rule, evidence wrapped under itself, nothing cut."""
+    names = max(len(n) for n in [*RULES, "factory"])
+    head = f"  {r.status:<4}  {r.rule:<{names}}  "
+    indent = len(head)
+    if width - indent < 30:                  # too narrow for a column: evidence below
+        return "\n".join([head.rstrip(), *textwrap.wrap(
+            r.evidence, max(width - 8, 20), initial_indent=" " * 8, subsequent_indent=" " * 8,
+            break_long_words=False, break_on_hyphens=False)])
+    return "\n".join(textwrap.wrap(r.evidence, width, initial_indent=head,
+                                   subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False) or [head.rstrip()])
+
+
+def _verdict(results: list[Result]) -> str:
     fails = sum(r.status == "fail" for r in results)
-    out.append(f"  {fails} rule{'s' * (fails != 1)} failed" if fails else "  every rule passed "
-               "or does not apply")
-    return "\n".join(out)
+    return f"  {fails} rule{'s' * (fails != 1)} failed" if fails else \
+        "  every rule passed or does not apply"
+
+
+def render_text(spec: str, results: list[Result], width: int | None = None) -> str:
+    """One producer's report: a line per rule, evidence wrapped to ``width`` (the terminal's)."""
+    width = width or terminal_width()
+    return "\n".join([f"python -m dlpack check {spec}",
+                      *(render_result(r, width) for r in results), _verdict(results)])
+
+
+def _epilog(width: int) -> str:
+    """--help's list of rules and exit statuses, wrapped to ``width``."""
+    lines = ["rules, in the order they run (docs/check.md says what each tries):"]
+    for name in RULES:
+        lines += _wrap((REGISTRY[name].grade.__doc__ or "").splitlines()[0], width, " " * 25,
+                       f"  {name:<22} ")
+    lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
+                         "(or a factory could not be loaded or called); 2 usage error", width)]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dlpack check``: exit status 1 when a rule fails or the factory cannot run."""
-    parser = argparse.ArgumentParser(
-        prog="python -m dlpack check",
-        description="Grade a DLPack producer: FACTORY() returns an object with __dlpack__ "
-                    "(or a capsule); each rule a consumer relies on is reported pass / fail / "
-                    "n/a with the evidence.")
+    width = terminal_width()
+    parser = JsonArgumentParser(
+        SCHEMA, prog="python -m dlpack check", epilog=_epilog(width),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="\n".join(_wrap(
+            "Grade a DLPack producer: FACTORY() returns an object with __dlpack__ (or a "
+            "capsule); each rule a consumer relies on is reported pass / fail / n/a with the "
+            "evidence. Each producer runs in a child process: one that crashes its consumer "
+            "fails the rule that was running.", width)))
     parser.add_argument("factory", nargs="+", metavar="MODULE:FACTORY",
                         help="e.g. dlpack._check_factories:numpy")
     parser.add_argument("--json", action="store_true",
@@ -557,15 +965,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reports, status = [], 0
     for spec in args.factory:
-        try:
-            with quiet_native_stderr():
-                results = check(load(spec))
-        except Exception as e:
-            results = [Result("factory", "fail", f"{type(e).__name__}: {e}")]
+        if not args.json:
+            print(f"python -m dlpack check {spec}", flush=True)
+        results = []
+        for r in check_isolated(spec):
+            results.append(r)
+            if not args.json:
+                print(render_result(r, width), flush=True)
         status |= any(r.status == "fail" for r in results)
         reports.append({"factory": spec, "results": [asdict(r) for r in results]})
         if not args.json:
-            print(render_text(spec, results))
+            print(_verdict(results), flush=True)
     if args.json:
         print(json.dumps({"schema": SCHEMA, "reports": reports, "exit_status": status},
                          indent=1, ensure_ascii=False))
@@ -573,4 +983,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        _worker(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))
     sys.exit(main())

@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
-from dlpack._core import _export_address, asdlpack
+from dlpack._core import DLPackObject, _export_address, asdlpack
 from dlpack._types import (  # noqa: F401  (re-exported for C bindings)
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -113,7 +114,7 @@ def exchange_api(cls: type) -> DLPackExchangeAPI | None:
     api._capsule = capsule          # the struct lives as long as its capsule
     return api
 
-def to_pointer(obj: object, *, versioned: bool = True):
+def to_pointer(obj: object, *, versioned: bool = True) -> ctypes._Pointer[Any]:
     """A new managed tensor viewing ``obj``, for a C function that takes ownership of it.
 
     The receiver must call its ``deleter`` exactly once; until then the data stays alive.
@@ -123,6 +124,6 @@ def to_pointer(obj: object, *, versioned: bool = True):
     return ctypes.cast(_export_address(asdlpack(obj), versioned), ctypes.POINTER(kind))
 
 
-def from_pointer(ptr, **kwargs):
+def from_pointer(ptr: ctypes._Pointer[Any], **kwargs: Any) -> DLPackObject:
     """``asdlpack`` for a ctypes pointer: takes ownership and NULLs ``ptr``."""
     return asdlpack(ptr, **kwargs)

@@ -1,10 +1,15 @@
 """The interoperability matrix: every installed provider × consumer × dtype through ``asdlpack``.
 
 Each cell is one real exchange of a 6-element array, graded by what was measured: ``ok``
-(zero-copy, values read back right), ``copy`` (right values, the consumer copied),
-``readonly_ignored`` (zero-copy of read-only memory into a result that reports itself writable),
-``fail`` (with the reason), ``unverified`` (exchanged, but the values could not be read back, with
-why) or ``wrong`` (values read and different: a bug). The JSON schema is in docs/matrix.md.
+(zero-copy, values read back right), ``copy`` (right values, but the consumer or the provider
+copied), ``readonly_ignored`` (zero-copy of read-only memory into a result that reports itself
+writable), ``fail`` (with the reason), ``unverified`` (exchanged, but the values could not be read
+back, with why) or ``wrong`` (values read and different: a bug). The JSON schema is in
+docs/matrix.md.
+
+Same machine, same libraries, same cells: each provider's CPU data is placed on a 64-byte
+boundary (made again until it is), and a consumer that shares only aligned data (measured once
+per run) has that said in its cells' ``note``.
 """
 
 from __future__ import annotations
@@ -20,19 +25,22 @@ import importlib
 import importlib.metadata
 import json
 import platform
+import shutil
 import struct
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from typing import NoReturn
 
 import dlpack
 from dlpack import asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
 
 SCHEMA = "pydlpack-matrix/1"
-WIDTH = 100
+ALIGNMENT = 64          # where providers' CPU data is placed (JAX shares only such data)
+EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
 
 DTYPES = [
     "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "float32",
@@ -53,13 +61,15 @@ class NotApplicable(Exception):
 
 @dataclass
 class Cell:
-    """One exchange: who, which dtype, the measured status and why (empty for ``ok``)."""
+    """One exchange: who, which dtype, the measured status, why (empty for ``ok``) and a
+    condition the status depends on (``note``, e.g. the data's alignment; usually empty)."""
 
     provider: str
     consumer: str
     dtype: str
     status: str
     reason: str = ""
+    note: str = ""
 
 
 def _np_dtype(name: str):
@@ -83,9 +93,16 @@ def _expected(name: str) -> list:
 
 
 def _reference(name: str):
+    """The values as a NumPy array whose data starts on an ALIGNMENT-byte boundary (a view of
+    a larger buffer: malloc's placement of small arrays varies from run to run)."""
     import numpy as np
 
-    return np.array(_expected(name), dtype=_np_dtype(name))
+    values = np.array(_expected(name), dtype=_np_dtype(name))
+    raw = np.empty(values.nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    placed = raw[start:start + values.nbytes].view(values.dtype)
+    placed[...] = values
+    return placed
 
 
 def _need(lib: str):
@@ -153,7 +170,16 @@ def _jax():
 
 
 def _p_jax(name):
-    return _jax().numpy.asarray(_reference(name))
+    jax = _jax()        # on the host even where JAX's default device is a GPU
+    return jax.device_put(_reference(name), jax.devices("cpu")[0])
+
+
+def _p_jax_gpu(name):
+    jax = _jax()
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        raise NotApplicable
+    return jax.device_put(_reference(name), gpus[0])
 
 
 def _p_tensorflow(name):
@@ -200,6 +226,7 @@ PROVIDERS: dict[str, tuple[str, Callable, str]] = {
     "numpy": ("numpy", _p_numpy, "cpu"),
     "torch": ("torch", _p_torch, "cpu"),
     "jax": ("jax", _p_jax, "cpu"),
+    "jax.gpu": ("jax", _p_jax_gpu, "cuda"),
     "tensorflow": ("tensorflow", _p_tensorflow, "cpu"),
     "pyarrow": ("pyarrow", _p_pyarrow, "cpu"),
     "pillow": ("PIL", _p_pillow, "cpu"),
@@ -256,6 +283,7 @@ CONSUMERS: dict[str, tuple[str, Callable, str]] = {
     "numpy.asarray": ("numpy", _c_numpy_asarray, "cpu"),
     "torch": ("torch", _c_torch, "cpu"),
     "jax": ("jax", _c_jax, "cpu"),
+    "jax.gpu": ("jax", _c_jax, "cuda"),
     "tensorflow": ("tensorflow", _c_tensorflow, "cpu"),
     "array_api_strict": ("array_api_strict", _c_array_api_strict, "cpu"),
     "memoryview": ("builtins", _c_memoryview, "cpu"),
@@ -306,6 +334,9 @@ def _values(result, name: str) -> list:
         result = result.get()
     elif getattr(result, "is_cuda", False):                   # torch CUDA tensor
         result = result.cpu()
+    elif type(result).__module__.startswith("jax") and any(
+            d.platform != "cpu" for d in result.devices()):      # JAX array on a GPU
+        result = _jax().device_get(result)
     dl = asdlpack(result, allow_legacy_readonly=True)
     view = memoryview(dl) if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else None
     if view is not None and view.format in ("?", "b", "B", "h", "i", "l", "q", "Q", "e", "f",
@@ -329,7 +360,7 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
 
 
-LEGACY_CONSUMERS = ("jax", "tensorflow")     # call __dlpack__ without max_version
+LEGACY_CONSUMERS = ("jax", "jax.gpu", "tensorflow")   # call __dlpack__ without max_version
 
 
 def _legacy_export_copies(dl) -> bool:
@@ -340,16 +371,74 @@ def _legacy_export_copies(dl) -> bool:
         return False
 
 
-def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
-    """One exchange; None when the provider cannot make this dtype."""
+def make(provider: str, name: str):
+    """The provider's object for dtype ``name``, its CPU data on an ALIGNMENT-byte boundary
+    where the provider lets that be chosen.
+
+    NumPy-backed providers are placed by ``_reference``; where the provider's allocator decides
+    (the stdlib's, whose small blocks sit on a fixed lattice), the object is made again, the
+    misplaced ones kept alive meanwhile so that each try gets new memory, until its data lands
+    on the boundary or 64 tries have shown that it cannot. Consumers that share only aligned
+    data (JAX) then give the same cells on every run. Raises NotApplicable when the provider
+    cannot make this dtype.
+    """
+    factory, device = PROVIDERS[provider][1], PROVIDERS[provider][2]
+    obj = factory(name)
+    if device != "cpu":
+        return obj
+    misplaced = []
+    for _ in range(64):
+        try:
+            if asdlpack(obj).data_ptr % ALIGNMENT == 0:
+                break
+        except Exception:
+            break                         # the exchange reports what is wrong with it
+        misplaced.append(obj)
+        obj = factory(name)
+    return obj
+
+
+def alignment_need(consumer: str) -> int | None:
+    """The boundary CPU data must start on for ``consumer`` to share it (None: any will do).
+
+    Measured on six float32 in a ctypes buffer, at a 64-byte boundary and at 32, 16 and 8
+    bytes past one: the largest boundary whose misses the consumer copies is its need.
+    """
+    buf = (ctypes.c_float * 48)()
+    base = (-ctypes.addressof(buf)) % 64
+    raw = memoryview(buf).cast("B")
+
+    def shares(offset: int) -> bool | None:
+        dl = asdlpack(raw[base + offset:base + offset + 24].cast("f"))
+        try:
+            result = CONSUMERS[consumer][1](dl)
+        except Exception:
+            return None
+        return _address(result) == dl.data_ptr
+
+    if shares(0) is not True:
+        return None
+    for need, offset in ((64, 32), (32, 16), (16, 8)):
+        if shares(offset) is False:
+            return need
+    return None
+
+
+def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -> Cell | None:
+    """One exchange; None when the provider cannot make this dtype.
+
+    ``need``: the consumer's ``alignment_need`` (it explains copies of data not placed on it,
+    and is noted on zero-copy cells, which depend on the placement).
+    """
     try:
-        obj = PROVIDERS[provider][1](name)
+        obj = make(provider, name)
     except NotApplicable:
         return None
     except Exception as e:
         return Cell(provider, consumer, name, "fail", "provider: " + _reason(e))
     try:
         dl = asdlpack(obj)
+        again = asdlpack(obj)
         result = CONSUMERS[consumer][1](dl)
     except Exception as e:
         return Cell(provider, consumer, name, "fail", _reason(e))
@@ -360,21 +449,28 @@ def run_cell(provider: str, consumer: str, name: str) -> Cell | None:
                     "cannot read the result back: " + _reason(e))
     if got != _expected(name):
         return Cell(provider, consumer, name, "wrong", f"got {got}")
+    if again.data_ptr != dl.data_ptr:
+        return Cell(provider, consumer, name, "copy",
+                    f"the provider copies: two exports of one {provider} object are different "
+                    "memory, so nothing of the object is shared")
     if _address(result) != dl.data_ptr:
         why = "consumer copied"
         if dl.readonly and consumer in LEGACY_CONSUMERS and _legacy_export_copies(dl):
             why = ("read-only data to a legacy (unversioned) consumer, which cannot see READ_ONLY: "
                    "pydlpack hands it a private copy")
-        elif consumer == "jax" and dl.data_ptr % 64:
-            why = "JAX copies CPU data that is not 64-byte aligned"
+        elif need and dl.data_ptr % need:
+            why = f"{consumer} copies CPU data that does not start on a {need}-byte boundary " \
+                  f"(measured), and {provider}'s allocator put this data on none in 64 tries"
         return Cell(provider, consumer, name, "copy", why)
+    note = f"zero-copy because the data starts on a {need}-byte boundary: {consumer} copies " \
+        "CPU data that does not (measured)" if need else ""
     if dl.readonly:
         writable, how = _writable(result)
         if writable:
             return Cell(provider, consumer, name, "readonly_ignored",
                         f"read-only source shared with a writable {consumer} result ({how}): "
-                        "writing to it changes memory the provider declared immutable")
-    return Cell(provider, consumer, name, "ok")
+                        "writing to it changes memory the provider declared immutable", note)
+    return Cell(provider, consumer, name, "ok", "", note)
 
 
 def _available(table: dict, wanted: Iterable[str] | None, device: str):
@@ -478,7 +574,7 @@ SYMBOLS = {"ok": "✓", "copy": "✓c", "readonly_ignored": "⚠", "fail": "✗"
            "wrong": "!!"}
 LEGEND = {
     "ok": "zero-copy, values read back right",
-    "copy": "values right, the consumer copied",
+    "copy": "values right, but the consumer or the provider copied",
     "readonly_ignored": "read-only source shared zero-copy with a result that reports itself "
                         "writable — measured per consumer: NumPy ndarray.flags.writeable, "
                         "memoryview.readonly, array-api-strict's ndarray flags, tvm-ffi's own "
@@ -566,11 +662,12 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
     c_names, c_missing = _available(CONSUMERS, consumers, device)
     names = [d for d in DTYPES if not dtypes or d in dtypes]
     todo = [(p, c, d) for p in p_names for c in c_names for d in names]
+    needs = {c: alignment_need(c) if device == "cpu" and todo else None for c in c_names}
     cells = []
     for i, (p, c, d) in enumerate(todo):
         if progress:
             progress(i, len(todo), p, c, d)
-        cell = run_cell(p, c, d)
+        cell = run_cell(p, c, d, needs[c])
         if cell is not None:
             cells.append(cell)
     if progress:
@@ -596,33 +693,71 @@ SHORT = {"numpy.asarray": "np.asarray", "tensorflow": "tf", "array_api_strict": 
          "memoryview": "memview", "torch.cuda": "torch.cuda"}
 
 
-def _wrap(text: str, indent: str = "", first: str = "") -> list[str]:
-    """Wrap to WIDTH columns without ever dropping a word (long tokens are not broken)."""
-    return textwrap.wrap(text, WIDTH, initial_indent=first or indent, subsequent_indent=indent,
+def terminal_width() -> int:
+    """Columns of the terminal (``COLUMNS`` first; 80 when it cannot be known), at least 40."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+
+
+def _wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
+    """Wrap to ``width`` columns without ever dropping a word (long tokens are not broken);
+    continuation lines start with ``indent``, the first with ``first`` (default: ``indent``)."""
+    first = indent if first is None else first
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 
-def _header_lines(h: dict) -> list[str]:
-    """The header as text: versions first, wrapped at WIDTH."""
-    lines = [f"pydlpack {h['pydlpack']} · {h['implementation']} {h['python']} · "
-             f"{h['platform']} · device {h['device']}"]
+def _table(corner: str, labels: list[str], heads: list[str], rows: list[list[str]],
+           width: int) -> list[str]:
+    """Right-aligned columns under ``heads``, as many blocks of them as ``width`` needs (each
+    block repeats the label column; a row empty in a block is left out of it)."""
+    label = max(len(x) for x in [corner, *labels])
+    cols = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    blocks: list[list[int]] = [[]]
+    used = label
+    for i, w in enumerate(cols):
+        if blocks[-1] and used + 1 + w > width:
+            blocks.append([])
+            used = label
+        blocks[-1].append(i)
+        used += 1 + w
+    out: list[str] = []
+    for block in blocks:
+        if out:
+            out.append("")
+        out.append(corner.ljust(label) + "".join(" " + heads[i].rjust(cols[i]) for i in block))
+        out += [name.ljust(label) + "".join(" " + row[i].rjust(cols[i]) for i in block)
+                for name, row in zip(labels, rows, strict=True) if any(row[i] for i in block)]
+    return [line.rstrip() for line in out]
+
+
+def _header_lines(h: dict, width: int) -> list[str]:
+    """The header as text: versions first, wrapped to ``width``."""
+    lines = _wrap(f"pydlpack {h['pydlpack']} · {h['implementation']} {h['python']} · "
+                  f"{h['platform']} · device {h['device']}", width, "  ", "")
     if h["cuda"]:
-        lines.append(f"CUDA driver {h['cuda']['driver']} · GPU {', '.join(h['cuda']['gpus'])}")
+        lines += _wrap(f"CUDA driver {h['cuda']['driver']} · GPU {', '.join(h['cuda']['gpus'])}",
+                       width, "  ", "")
     libs = ", ".join(f"{k} {v}" for k, v in h["libraries"].items()) or "none"
-    return lines + _wrap("libraries: " + libs, "  ")
+    return lines + _wrap("libraries: " + libs, width, "  ", "")
+
+
+def _explained(cell: dict) -> str:
+    """What a cell's footnote says: its reason and its note ("" for a plain ok)."""
+    return "; ".join(x for x in (cell["reason"], cell.get("note", "")) if x)
 
 
 def _notes(result: dict) -> list[tuple[str, str, list[str]]]:
-    """(status, reason, [where]) for every cell that is not plain ``ok``, grouped by reason."""
+    """(status, explanation, [where]) for every cell with one, grouped by explanation."""
     groups: dict[tuple[str, str], dict[str, list[str]]] = {}
     for c in result["cells"]:
-        if c["status"] == "ok":
+        text = _explained(c)
+        if not text:
             continue
         pair = f"{c['provider']} → {c['consumer']}"
-        groups.setdefault((c["status"], c["reason"]), {}).setdefault(pair, []).append(c["dtype"])
+        groups.setdefault((c["status"], text), {}).setdefault(pair, []).append(c["dtype"])
     order = {s: i for i, s in enumerate(reversed(STATUSES))}
-    return [(status, reason, [f"{pair} ({', '.join(ds)})" for pair, ds in where.items()])
-            for (status, reason), where in sorted(groups.items(), key=lambda g: order[g[0][0]])]
+    return [(status, text, [f"{pair} ({', '.join(ds)})" for pair, ds in where.items()])
+            for (status, text), where in sorted(groups.items(), key=lambda g: order[g[0][0]])]
 
 
 def _unavailable(result: dict) -> list[str]:
@@ -637,103 +772,98 @@ def _unavailable(result: dict) -> list[str]:
     return out
 
 
-def _unavailable_lines(result: dict) -> list[str]:
-    """The not-run lines wrapped at WIDTH, nothing dropped."""
-    out = []
-    for line in _unavailable(result):
-        out += textwrap.wrap(line, WIDTH, subsequent_indent="    ", break_long_words=False,
-                             break_on_hyphens=False)
-    return out
-
-
 def _totals(result: dict) -> str:
     """How many cells ended in each status."""
     counts = {s: sum(c["status"] == s for c in result["cells"]) for s in STATUSES}
     return ", ".join(f"{counts[s]} {SYMBOLS[s]} {s}" for s in STATUSES)
 
 
-def _summary_rows(result: dict) -> tuple[list[str], list[list[str]]]:
-    """Provider rows × consumer columns of 'verdict worked/tried'."""
+def _summary_rows(result: dict) -> tuple[list[str], list[str], list[list[str]]]:
+    """Provider labels 'name (dtypes it makes)', short consumer heads, cells 'verdict worked'."""
     pairs = {(x["provider"], x["consumer"]): x for x in result["pairs"]}
-    rows = []
+    labels, rows = [], []
     for p in result["providers"]:
-        row = []
+        row, made = [], 0
         for c in result["consumers"]:
             x = pairs.get((p, c))
             if x is None:
                 row.append("")
                 continue
             n = x["counts"]
+            made = x["dtypes"]
             worked = n["ok"] + n["copy"] + n["readonly_ignored"]
-            row.append(f"{PAIR_SYMBOLS[x['verdict']]} {worked}/{x['dtypes']}")
+            row.append(f"{PAIR_SYMBOLS[x['verdict']]} {worked}")
+        labels.append(f"{p} ({made})")
         rows.append(row)
-    return [SHORT.get(c, c) for c in result["consumers"]], rows
+    return labels, [SHORT.get(c, c) for c in result["consumers"]], rows
 
 
-def _grid_rows(result: dict) -> tuple[list[tuple[str, list[str]]], dict[str, int]]:
-    """Rows 'provider → consumer', one column per dtype, plus numbered reasons."""
+def _grid_rows(result: dict) -> tuple[list[str], list[str], list[list[str]], dict[str, int]]:
+    """Labels 'provider → consumer', the dtypes that have a cell, marks, numbered footnotes."""
     cells = {(c["provider"], c["consumer"], c["dtype"]): c for c in result["cells"]}
-    reasons: dict[str, int] = {}
-    rows = []
+    dtypes = [d for d in result["dtypes"] if any(c["dtype"] == d for c in result["cells"])]
+    notes: dict[str, int] = {}
+    labels, rows = [], []
     for p in result["providers"]:
         for c in result["consumers"]:
             row = []
-            for d in result["dtypes"]:
+            for d in dtypes:
                 cell = cells.get((p, c, d))
                 if cell is None:
                     row.append("")
                     continue
                 mark = SYMBOLS[cell["status"]]
-                if cell["reason"]:
-                    mark += str(reasons.setdefault(cell["reason"], len(reasons) + 1))
+                text = _explained(cell)
+                if text:
+                    mark += str(notes.setdefault(text, len(notes) + 1))
                 row.append(mark)
             if any(row):
-                rows.append((f"{p} → {c}", row))
-    return rows, reasons
+                labels.append(f"{p} → {SHORT.get(c, c)}")
+                rows.append(row)
+    return labels, dtypes, rows, notes
 
 
-def render_text(result: dict, grid: bool = False) -> str:
-    """The terminal view: header, summary (or the per-dtype grid), reasons, what did not run."""
-    out = [*_header_lines(result["header"]), ""]
+def _short_names(result: dict) -> str:
+    short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
+    return "(" + ", ".join(short) + ")" if short else ""
+
+
+SUMMARY_LEGEND = ("; n = dtypes that worked, (m) = dtypes the provider makes; --grid shows "
+                  "each dtype")
+
+
+def render_text(result: dict, grid: bool = False, width: int | None = None) -> str:
+    """The terminal view: header, summary (or the per-dtype grid), footnotes, what did not run;
+    every line fits ``width`` (the terminal's) unless one word is longer."""
+    width = width or terminal_width()
+    out = [*_header_lines(result["header"], width), ""]
     if grid:
-        rows, reasons = _grid_rows(result)
-        dtypes = result["dtypes"]
-        width = max([len(r[0]) for r in rows] + [8])
-        cols = [max(len(d), 4) for d in dtypes]
-        out += _wrap("   ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES))
-        out += ["", " " * width + " " + " ".join(d.rjust(w) for d, w in
-                                                 zip(dtypes, cols, strict=True))]
-        out += [label.ljust(width) + " " + " ".join(m.rjust(w) for m, w in
-                                                    zip(row, cols, strict=True))
-                for label, row in rows]
-        out += ["", *_wrap(_totals(result)), ""]
-        for reason, n in reasons.items():
-            out += _wrap(reason, "      ", f"{n:>4}. ")
+        labels, dtypes, rows, notes = _grid_rows(result)
+        out += _wrap("   ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES), width)
+        out += ["", *_table("provider → consumer", labels, dtypes, rows, width)]
+        out += _wrap(_short_names(result), width) if _short_names(result) else []
+        out += ["", *_wrap(_totals(result), width), ""]
+        for text, n in notes.items():
+            out += _wrap(text, width, "      ", f"{n:>4}. ")
     else:
-        heads, table = _summary_rows(result)
-        label = max([len(p) for p in result["providers"]] + [len("provider")]) + 1
-        cols = [max(len(h), 7) for h in heads]
+        labels, heads, rows = _summary_rows(result)
         out += _wrap(" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
-                     + "; n/m = dtypes that worked / dtypes the provider makes; "
-                     "--grid shows each dtype")
-        out += ["", "provider".ljust(label) + " " + " ".join(h.rjust(w) for h, w in
-                                                             zip(heads, cols, strict=True))]
-        out += [p.ljust(label) + " " + " ".join(m.rjust(w) for m, w in zip(row, cols, strict=True))
-                for p, row in zip(result["providers"], table, strict=True)]
-        short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
-        if short:
-            out += _wrap("(" + ", ".join(short) + ")")
-        out += ["", *_wrap(_totals(result)), ""]
-        for status, reason, where in _notes(result):
-            out += _wrap(f"{SYMBOLS[status]} {reason}", "    ")
-            out += _wrap("in: " + "; ".join(where), "      ", "    ")
+                     + SUMMARY_LEGEND, width)
+        out += ["", *_table("provider (m)", labels, heads, rows, width)]
+        out += _wrap(_short_names(result), width) if _short_names(result) else []
+        out += ["", *_wrap(_totals(result), width), ""]
+        for status, text, where in _notes(result):
+            out += _wrap(f"{SYMBOLS[status]} {text}", width, "    ")
+            out += _wrap("in: " + "; ".join(where), width, "      ", "    ")
     if result["unavailable"]:
-        out += ["", *_unavailable_lines(result)]
-    return "\n".join(out)
+        out.append("")
+        for line in _unavailable(result):
+            out += _wrap(line, width, "    ")
+    return "\n".join(line.rstrip() for line in out)
 
 
 def render_markdown(result: dict, grid: bool = False) -> str:
-    """The same as render_text as Markdown: tables, and the reasons as a numbered list."""
+    """The same as render_text as Markdown: tables, and the footnotes as a numbered list."""
     h = result["header"]
     out = [f"### pydlpack {h['pydlpack']} interoperability matrix ({h['device']})", "",
            f"{h['implementation']} {h['python']} · {h['platform']}"
@@ -742,30 +872,29 @@ def render_markdown(result: dict, grid: bool = False) -> str:
            "Libraries: " + (", ".join(f"{k} {v}" for k, v in h["libraries"].items()) or "none"),
            ""]
     if grid:
-        rows, reasons = _grid_rows(result)
-        dtypes = result["dtypes"]
+        labels, dtypes, rows, notes = _grid_rows(result)
         out += [" · ".join(f"{SYMBOLS[s]} {LEGEND[s]}" for s in STATUSES), "",
                 "| provider → consumer | " + " | ".join(dtypes) + " |",
                 "|---|" + "---|" * len(dtypes)]
-        out += ["| " + label + " | " + " | ".join(row) + " |" for label, row in rows]
-        out += ["", _totals(result), ""]
-        out += [f"{n}. {reason.replace('|', '/')}" for reason, n in reasons.items()]
+        out += ["| " + label + " | " + " | ".join(row) + " |"
+                for label, row in zip(labels, rows, strict=True)]
+        out += ["", _short_names(result), "", _totals(result), ""]
+        out += [f"{n}. {text.replace('|', '/')}" for text, n in notes.items()]
     else:
-        heads, table = _summary_rows(result)
+        labels, heads, rows = _summary_rows(result)
         out += [" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
-                + "; n/m = dtypes that worked / dtypes the provider makes", "",
-                "| provider ↓ consumer → | " + " | ".join(heads) + " |",
+                + SUMMARY_LEGEND, "",
+                "| provider (m) ↓ consumer → | " + " | ".join(heads) + " |",
                 "|---|" + "---|" * len(heads)]
-        out += ["| " + p + " | " + " | ".join(row) + " |"
-                for p, row in zip(result["providers"], table, strict=True)]
-        short = [f"{v} = {k}" for k, v in SHORT.items() if k in result["consumers"] and k != v]
-        out += ["", "(" + ", ".join(short) + ")" if short else "", "", _totals(result), ""]
-        for n, (status, reason, where) in enumerate(_notes(result), 1):
-            out.append(f"{n}. {SYMBOLS[status]} {reason.replace('|', '/')} — in: "
+        out += ["| " + label + " | " + " | ".join(row) + " |"
+                for label, row in zip(labels, rows, strict=True)]
+        out += ["", _short_names(result), "", _totals(result), ""]
+        for n, (status, text, where) in enumerate(_notes(result), 1):
+            out.append(f"{n}. {SYMBOLS[status]} {text.replace('|', '/')} — in: "
                        + "; ".join(where))
     if result["unavailable"]:
         out += ["", *[f"- {line}" for line in _unavailable(result)]]
-    return "\n".join(out) + "\n"
+    return "\n".join(line.rstrip() for line in out) + "\n"
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -774,17 +903,104 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
+class JsonArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are JSON on stdout as well when ``--json`` was
+    asked for: ``{"schema", "error", "exit_status": 2}`` (the usage still goes to stderr)."""
+
+    def __init__(self, schema: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.schema = schema
+        self.wants_json = False
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        args = sys.argv[1:] if args is None else list(args)
+        self.wants_json = "--json" in args
+        return super().parse_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if self.wants_json:
+            print(json.dumps({"schema": self.schema, "error": f"{self.prog}: {message}",
+                              "exit_status": EXIT_USAGE}), flush=True)
+        super().error(message)
+
+
+def _names(table: dict, device: str | None = None) -> str:
+    return ", ".join(n for n, entry in table.items() if device is None or entry[2] == device)
+
+
+def _epilog(width: int) -> str:
+    """--help's list of names, statuses and exit statuses, wrapped to ``width``."""
+    out: list[str] = []
+    for title, table in (("providers", PROVIDERS), ("consumers", CONSUMERS)):
+        out += _wrap(f"{title}: {_names(table, 'cpu')}; with --device cuda: "
+                     f"{_names(table, 'cuda')}", width, "    ", "")
+    out += _wrap("dtypes: " + ", ".join(DTYPES), width, "    ", "")
+    out += ["", "cells (--grid; --json's \"status\"):"]
+    for s in STATUSES:
+        out += _wrap(LEGEND[s], width, " " * 22, f"  {SYMBOLS[s]:<2} {s:<16} ")
+    out += ["", "summary, a provider × consumer pair's worst cell:"]
+    for k, v in PAIR_LEGEND.items():
+        out += _wrap(v, width, " " * 22, f"  {PAIR_SYMBOLS[k]:<2} {k:<16} ")
+    out += [""]
+    out += _wrap("exit status: 0 ran, no wrong values; 1 a cell has wrong values, or the run "
+                 "failed; 2 usage error, or the filters select nothing that can run here (the "
+                 "names that can are listed); 3 the --device asked for is not here", width,
+                 "    ", "")
+    out += ["", "python -m dlpack check MODULE:FACTORY [...] [--json]"]
+    out += _wrap("grade a library's DLPack producer rule by rule (python -m dlpack check "
+                 "--help)", width, "    ", "    ")
+    return "\n".join(out)
+
+
+def _runnable(device: str, providers: list[str] | None, dtypes: list[str] | None) -> str:
+    """The names that can run here, for the error of filters that select nothing."""
+    p_here, _ = _available(PROVIDERS, None, device)
+    c_here, _ = _available(CONSUMERS, None, device)
+    made = []
+    for p in providers or p_here:
+        if p in p_here:
+            with quiet_native_stderr():
+                kinds = []
+                for d in DTYPES:
+                    try:
+                        PROVIDERS[p][1](d)
+                    except NotApplicable:
+                        continue
+                    except Exception:
+                        pass
+                    kinds.append(d)
+            made.append(f"{p}: {', '.join(kinds)}")
+    lines = [f"providers here: {', '.join(p_here) or 'none'}",
+             f"consumers here: {', '.join(c_here) or 'none'}"]
+    if made and (providers or dtypes):
+        lines.append("dtypes the " + ("selected " if providers else "") + "providers make — "
+                     + "; ".join(made))
+    return "\n".join(lines)
+
+
+def _empty(device: str, cuda: dict | None, error: str, status: int) -> dict:
+    """A result in the JSON schema for a run that could not start, with the reason."""
+    return {"schema": SCHEMA, "header": header(device, cuda), "providers": [], "consumers": [],
+            "dtypes": [], "unavailable": [], "pairs": [], "cells": [], "error": error,
+            "exit_status": status}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dlpack``: exit status 1 when a cell has wrong values or the run failed."""
-    parser = argparse.ArgumentParser(
-        prog="python -m dlpack",
-        description="Which installed library can hand which dtype to which other library, "
-                    "zero-copy, through pydlpack's asdlpack(). `python -m dlpack check "
-                    "MODULE:FACTORY` grades a producer's DLPack implementation instead.")
+    """``python -m dlpack``: exit status 1 when a cell has wrong values or the run failed, 2 on
+    usage errors and filters that select nothing, 3 when the device asked for is not here."""
+    width = terminal_width()
+    parser = JsonArgumentParser(
+        SCHEMA, prog="python -m dlpack", epilog=_epilog(width),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="\n".join(_wrap(
+            "Which installed library can hand which dtype to which other library, zero-copy, "
+            "through pydlpack's asdlpack(). `python -m dlpack check MODULE:FACTORY` grades a "
+            "producer's DLPack implementation instead.", width)))
     parser.add_argument("--version", action="version", version=f"pydlpack {dlpack.__version__}")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true",
-                      help="machine-readable output (schema in docs/matrix.md)")
+                      help="machine-readable output (schema in docs/matrix.md); always JSON, "
+                           "errors included")
     form.add_argument("--markdown", action="store_true", help="Markdown tables, for docs")
     parser.add_argument("--grid", action="store_true",
                         help="one column per dtype instead of the provider × consumer summary")
@@ -792,7 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--provider", action="append", help="only these providers")
     parser.add_argument("--consumer", action="append", help="only these consumers")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="cuda: exchange GPU arrays (CuPy, Numba, PyTorch CUDA)")
+                        help="cuda: exchange GPU arrays (CuPy, Numba, PyTorch CUDA); exit "
+                             "status 3 where there is no GPU")
     args = parser.parse_args(argv)
     for flag, allowed in (("dtype", DTYPES), ("provider", PROVIDERS), ("consumer", CONSUMERS)):
         unknown = set(_split(getattr(args, flag)) or ()) - set(allowed)
@@ -804,28 +1021,48 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cuda = cuda_info()
         except NoCuda as e:
-            print(f"python -m dlpack --device cuda: no CUDA device here ({e}); nothing to run")
-            return 0
+            error = f"--device cuda: no CUDA device here ({e}); nothing was run"
+            if args.json:
+                print(json.dumps(_empty("cuda", None, error, EXIT_NO_DEVICE), indent=1,
+                                 ensure_ascii=False))
+            print(f"python -m dlpack: {error}", file=sys.stderr)
+            return EXIT_NO_DEVICE
     progress = None
     if sys.stderr.isatty() and not args.json:
         start = time.monotonic()
 
         def progress(i, n, p, c, d):
             end = "\n" if i == n else ""
-            sys.stderr.write(f"\r\x1b[K[{i}/{n}] {time.monotonic() - start:4.1f}s {p} → {c} "
-                             f"{d}{end}")
+            line = f"[{i}/{n}] {time.monotonic() - start:4.1f}s {p} → {c} {d}"
+            sys.stderr.write(f"\r\x1b[K{line[:width - 1]}{end}")
             sys.stderr.flush()
 
     try:
         result = build(_split(args.provider), _split(args.consumer), _split(args.dtype),
                        args.device, progress, cuda)
     except Exception as e:
-        print(f"python -m dlpack: the matrix run itself failed: {_reason(e)}", file=sys.stderr)
+        error = f"the matrix run itself failed: {_reason(e)}"
+        if args.json:
+            print(json.dumps(_empty(args.device, cuda, error, 1), indent=1, ensure_ascii=False))
+        print(f"python -m dlpack: {error}", file=sys.stderr)
         return 1
+    if not result["cells"]:
+        filtered = args.provider or args.consumer or args.dtype
+        error = "the filters select nothing that can run here" if filtered else \
+            f"nothing installed can run with --device {args.device}"
+        names = _runnable(args.device, _split(args.provider), _split(args.dtype))
+        result["error"] = f"{error}. " + names.replace("\n", ". ")
+        result["exit_status"] = EXIT_USAGE
+        if args.json:
+            print(json.dumps(result, indent=1, ensure_ascii=False))
+        print(f"python -m dlpack: {error}", file=sys.stderr)
+        for line in [*names.splitlines(), *_unavailable(result)]:
+            print("\n".join(_wrap(line, width, "    ", "  ")), file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(result, indent=1, ensure_ascii=False))
     elif args.markdown:
         print(render_markdown(result, args.grid))
     else:
-        print(render_text(result, args.grid))
+        print(render_text(result, args.grid, width))
     return result["exit_status"]

@@ -4,6 +4,7 @@
 from collections.abc import Mapping as _Mapping
 
 from cpython.number cimport PyNumber_Index
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
 cdef tuple _AI_VERSIONS = (3,)
@@ -11,32 +12,78 @@ cdef tuple _CAI_VERSIONS = (2, 3)
 cdef dict _TYPESTRS = {}        # typestr -> (code, bits, flags): parses that needed no name
 
 
-cdef str _ml_name(object obj, object typestr, object descr):
-    """The ml_dtypes name behind a 'V' (or NumPy-less 'f1') typestr: descr's, else obj.dtype's."""
-    cdef str t = typestr if isinstance(typestr, str) else None
-    if t is None or len(t) < 2 or not (t[1] == "V" or (len(t) == 3 and t[1] == "f"
-                                                       and t[2] == "1")):
+cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from
+cdef dict _ml_types = {}        # id(ml_dtypes scalar type) -> (that type, its name)
+
+
+cdef str _ml_name(object obj, str typestr):
+    """The ml_dtypes type behind a 'V' typestr (or 'f1', float8_e5m2's, in any spelling), or None.
+
+    Only a real dtype object says it: obj.dtype must be a numpy.dtype whose scalar type *is*
+    ml_dtypes' (by identity). A name alone (a structured field called 'bfloat16', a descr, a
+    dtype look-alike) is not a type; docs/spec.md §3.7.
+    """
+    global _ml_module
+    cdef Py_ssize_t i, n = len(typestr)
+    if n < 3:
         return None
-    if (type(descr) is list and len(descr) == 1 and type(descr[0]) is tuple
-            and len(descr[0]) >= 1 and type(descr[0][0]) is str
-            and descr[0][0] in _types.ML_DTYPES):
-        return descr[0][0]
-    dt = getattr(obj, "dtype", None)
-    name = getattr(dt, "name", None)
-    return name if type(name) is str else None
+    if typestr[1] == "f":                   # 'f1', 'f01'...: float8_e5m2's; 'f4' is float32
+        if typestr[n - 1] != "1":
+            return None
+        for i in range(2, n - 1):
+            if typestr[i] != "0":
+                return None
+    elif typestr[1] != "V":
+        return None
+    ml = sys.modules.get("ml_dtypes")
+    np = sys.modules.get("numpy")
+    if ml is None or np is None:
+        return None
+    try:
+        dt = obj.dtype
+        if not isinstance(dt, np.dtype):
+            return None
+        scalar = dt.type
+    except Exception:
+        return None           # no dtype to ask: the typestr alone says opaque bytes
+    if ml is not _ml_module:
+        _ml_types.clear()
+        for name in _types.ML_DTYPES:
+            t = getattr(ml, name, None)
+            if isinstance(t, type):
+                _ml_types[id(t)] = (t, name)
+        _ml_module = ml
+    hit = _ml_types.get(id(scalar))
+    return hit[1] if hit is not None and hit[0] is scalar else None
 
 
 cdef tuple _typestr(str protocol, object obj, str typestr, object descr):
     """(code, bits, flags) of a typestr, remembered for the few valid ones that need no name."""
-    name = _ml_name(obj, typestr, descr)
+    name = _ml_name(obj, typestr)
     if name is None:
         parsed = _TYPESTRS.get(typestr)
         if parsed is not None:
             return parsed
-    parsed = _types.parse_typestr(protocol, typestr, name)
+    try:
+        parsed = _types.parse_typestr(protocol, typestr, name)
+    except BufferError as e:
+        field = _ml_field(descr)
+        if field is None:
+            raise
+        raise BufferError(f"{e}. A field named {field!r} does not make it {field}: view the "
+                          f"array as that type first (numpy: a.view(ml_dtypes.{field}))") from None
     if name is None and len(_TYPESTRS) < 256:      # leading zeros make endless valid spellings
         _TYPESTRS[typestr] = parsed
     return parsed
+
+
+cdef str _ml_field(object descr):
+    """The name of descr's single field when it is an ml_dtypes type's (for the message only)."""
+    if (type(descr) is list and len(descr) == 1 and type(descr[0]) is tuple
+            and len(descr[0]) >= 1 and type(descr[0][0]) is str
+            and descr[0][0] in _types.ML_DTYPES):
+        return descr[0][0]
+    return None
 
 
 cdef tuple _ai_sequence(str protocol, str field, object value):
@@ -55,8 +102,12 @@ cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -
                           "int of at most 64 bits") from None
 
 
-cdef int _ai_pointer(DLPackObject self, str protocol, tuple data) except -1:
-    """data = (address, readonly)."""
+cdef int _ai_pointer(DLPackObject self, str protocol, object data) except -1:
+    """data = (address, readonly): a tuple, or a tuple subclass (a namedtuple), as NumPy reads it.
+
+    The items are read from the tuple's own storage, once (a subclass's methods do not run).
+    """
+    data = PyTuple_GetSlice(data, 0, PyTuple_GET_SIZE(data))
     if len(data) != 2:
         raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     try:
@@ -69,7 +120,14 @@ cdef int _ai_pointer(DLPackObject self, str protocol, tuple data) except -1:
     except OverflowError:
         raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is out of "
                           "range") from None
-    if data[1]:
+    flag = data[1]
+    try:
+        readonly = bool(flag)
+    except Exception as e:
+        raise BufferError(f"{protocol}: field 'data' = (address, readonly): the read-only flag, "
+                          f"a {type(flag).__name__} object, has no truth value "
+                          f"({type(e).__name__}: {e}); give True or False") from e
+    if readonly:
         self._flags |= FLAG_READ_ONLY
     return 0
 
@@ -145,7 +203,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         self.dl.shape[i] = _ai_int(protocol, "shape", shape, i)
         if strides is not None:
             self.dl.strides[i] = _ai_int(protocol, "strides", strides, i)
-    if type(data) is tuple:
+    if isinstance(data, tuple):
         _ai_pointer(self, protocol, data)
     elif cuda:
         raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
@@ -171,19 +229,20 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
 
 
 cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
+    """The CAI's stream (NumPy ints too) and the device owning its pointer; a zero-size array
+    has no memory to locate (a pool's pointer may be one past an allocation): CUDA:0."""
+    cdef uintptr_t handle
+    cdef int i
     if stream is not None:
-        if type(stream) is bool or not isinstance(stream, int):
-            raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
-                              "None or an int")
-        if stream == 0:
-            raise BufferError("__cuda_array_interface__: field 'stream' = 0 is disallowed "
-                              "(ambiguous); use 1 for the legacy default stream or 2 for "
-                              "per-thread")
-        try:
-            self._stream = stream
-        except OverflowError:
-            raise BufferError(f"__cuda_array_interface__: field 'stream' = {stream!r} is not "
-                              "a CUDA stream handle") from None
+        if not _stream_int(stream, "__cuda_array_interface__: field 'stream'", &handle):
+            raise BufferError("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
+                              "use None when no synchronisation is needed")
+        self._stream = handle
+    for i in range(self.dl.ndim):
+        if self.dl.shape[i] == 0:
+            self.dl.device.device_type = kDLCUDA
+            self.dl.device.device_id = 0
+            return 0
     _cu_pointer_device(<uintptr_t>self.dl.data, &self.dl.device)
     return 0
 

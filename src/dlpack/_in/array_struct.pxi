@@ -60,7 +60,7 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
                               "typekind character")
         typestr = f"|{chr(kind)}{s.itemsize}"
         code, bits, flags = _types.parse_typestr(
-            "__array_struct__", typestr, _ml_name(obj, typestr, None))
+            "__array_struct__", typestr, _ml_name(obj, typestr))
         self.dl.dtype.code = code
         self.dl.dtype.bits = bits
         self.dl.dtype.lanes = 1

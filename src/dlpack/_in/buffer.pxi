@@ -11,15 +11,31 @@ cdef inline bint _native_order(char order) noexcept nogil:
     return True
 
 
-cdef inline bint _width_fits(int code, Py_ssize_t itemsize) noexcept nogil:
-    """Whether a type of this kind exists at this width (the view's itemsize is the width)."""
-    if code == kDLBool:
-        return itemsize == 1
-    if code == kDLFloat:
-        return itemsize == 2 or itemsize == 4 or itemsize == 8
-    if code == kDLComplex:
-        return itemsize == 4 or itemsize == 8 or itemsize == 16
-    return itemsize == 1 or itemsize == 2 or itemsize == 4 or itemsize == 8
+cdef inline Py_ssize_t _code_width(char c, bint cplx, bint native) noexcept nogil:
+    """Bytes of one item of a format code, in native (@) or standard (= < > !) size (struct)."""
+    if cplx:
+        return 4 if c == b'e' else 8 if c == b'f' else 16
+    if c == b'?' or c == b'b' or c == b'B' or c == b'c':
+        return 1
+    if c == b'h' or c == b'H' or c == b'e':
+        return 2
+    if c == b'i' or c == b'I':
+        return sizeof(int) if native else 4
+    if c == b'l' or c == b'L':
+        return sizeof(long) if native else 4
+    if c == b'n' or c == b'N':
+        return sizeof(Py_ssize_t)
+    if c == b'f':
+        return 4
+    return 8                        # q Q d
+
+
+cdef inline bint _width_fits(char c, bint cplx, Py_ssize_t itemsize) noexcept nogil:
+    """Whether the view's itemsize is the code's native or standard size. ctypes writes '<l'
+    for an 8-byte long (the prefix there gives only byte order), so either size is accepted;
+    any other size is an item that is not this code: ctypes gives a union, and (before Python
+    3.12) a packed structure, as 'B' items of the whole struct's size."""
+    return itemsize == _code_width(c, cplx, True) or itemsize == _code_width(c, cplx, False)
 
 
 cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) except -1:
@@ -53,9 +69,12 @@ cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) ex
             code = kDLFloat
     if code < 0:
         raise BufferError(_format_refusal(fmt))
-    if not _width_fits(code, itemsize):
+    if not _width_fits(c, cplx, itemsize):
         raise BufferError(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
-                          f"{(<bytes>fmt).decode('latin-1')!r}")
+                          f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
+                          f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
+                          "(a ctypes union or packed structure), which DLPack cannot carry; "
+                          "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
     if itemsize > 1 and not _native_order(order):
         raise BufferError(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
                           "non-native byte order; byte-swap the data first")

@@ -28,8 +28,8 @@ cdef str _not_a_capsule(object value):
 cdef str _capsule_name_refusal(const char *name):
     shown = "NULL" if name == NULL else repr((<bytes>name).decode("utf-8", "replace"))
     if shown.startswith("'used_dltensor"):
-        return (f"DLPack capsule: name {shown}: it was consumed already (a capsule can be "
-                "consumed once; ask the producer for a new one)")
+        return (f"DLPack capsule: name {shown}: it was consumed already (a DLPack tensor may "
+                "be consumed at most once; ask the producer for a new one)")
     return f"DLPack capsule: name {shown} is not 'dltensor' or 'dltensor_versioned'"
 
 
@@ -75,10 +75,10 @@ cdef bint _is_torch_tensor(object obj) except -1:
 cdef DLPackObject _from_torch(object t):
     """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
 
-    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors, but exports a
-    negative-bit view without negating it: that one is refused here, on every path. CUDA data
-    is ordered at each export after the stream torch's current_work_stream names then, as
-    torch's __dlpack__ would be.
+    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors and CUDA tensors off the
+    current device, but exports a negative-bit view without negating it: that one is refused
+    here, on every path. CUDA data is ordered at each export after the stream torch's
+    current_work_stream names then, as torch's __dlpack__ would be.
     """
     cdef DLManagedTensorVersioned *m = NULL
     cdef DLPackObject self
@@ -99,13 +99,23 @@ cdef DLPackObject _from_torch(object t):
             device_type = self.dl.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
             if (device_type == kDLCPU or (device_type == kDLCUDA
-                                          and _torch_api.current_work_stream != NULL)) and not (
-                    self.dl.dtype.code == kDLComplex and t.is_conj()):
+                                          and _torch_api.current_work_stream != NULL
+                                          and _torch_current(self.dl.device.device_id))
+                    ) and not (self.dl.dtype.code == kDLComplex and t.is_conj()):
                 if device_type == kDLCUDA:
                     self._stream = 0
                     self._work_api = _torch_api
                 return self
     return None                             # other devices or conj: torch's own path below
+
+
+cdef bint _torch_current(int32_t device_id) noexcept:
+    """Whether torch's current CUDA device is device_id: torch's __dlpack__ refuses tensors on
+    another, and the fast path leaves them (and any doubt) to it, for torch's own BufferError."""
+    try:
+        return sys.modules["torch"].cuda.current_device() == device_id
+    except Exception:
+        return False
 
 
 cdef DLPackObject _from_dlpack_method(object obj):
@@ -140,8 +150,8 @@ cdef DLPackObject _from_ctypes_pointer(object p):
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
 
-cdef dict _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint64_t flags,
-                       str protocol):
+cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint64_t flags,
+                         str protocol):
     """A DLTensor's fields (version None when NULL), for todict.
 
     Its header, shape and strides are copied before any Python object is made: a finalizer run
@@ -166,7 +176,7 @@ cdef dict _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint64
         if t.strides != NULL:
             memcpy(dims + t.ndim, t.strides, t.ndim * sizeof(int64_t))
     try:
-        return {
+        return _types.Fields({
             "version": None if version == NULL else (v.major, v.minor),
             "flags": flags,
             "data": <uintptr_t>t.data,
@@ -178,12 +188,12 @@ cdef dict _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint64
             "strides": None if t.strides == NULL
                        else tuple([dims[t.ndim + i] for i in range(t.ndim)]),
             "byte_offset": t.byte_offset,
-        }
+        })
     finally:
         free(dims)
 
 
-cdef dict _capsule_dict(object capsule):
+cdef object _capsule_dict(object capsule):
     """todict of a capsule: its struct read (not consumed) through one snapshot."""
     cdef DLManagedTensorVersioned mv
     if not PyCapsule_CheckExact(capsule):
@@ -191,7 +201,8 @@ cdef dict _capsule_dict(object capsule):
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = (<DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned"))[0]
         if mv.version.major > DLPACK_MAJOR:
-            return {"version": (mv.version.major, mv.version.minor), "flags": mv.flags}
+            return _types.Fields({"version": (mv.version.major, mv.version.minor),
+                                  "flags": mv.flags})
         return _tensor_dict(&mv.dl_tensor, &mv.version, mv.flags, "DLPack capsule")
     if PyCapsule_IsValid(capsule, b"dltensor"):
         return _tensor_dict(&(<DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor"))

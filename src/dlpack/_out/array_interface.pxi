@@ -37,7 +37,29 @@ cdef dict _cuda_array_interface(DLPackObject self):
     cdef uintptr_t producer
     d = _interface(self, "__cuda_array_interface__")
     d["stream"] = None
-    if _producer_stream(self, &producer) and not (self._work_api != NULL
-                                                  and producer == CU_STREAM_LEGACY):
+    if self._resync is not None:
+        d["stream"] = _resync_stream(self)
+    elif _producer_stream(self, &producer) and not (self._work_api != NULL
+                                                    and producer == CU_STREAM_LEGACY):
         d["stream"] = producer      # torch reports no stream for its default stream: nor do we
     return d
+
+
+cdef object _resync_stream(DLPackObject self):
+    """The stream a __dlpack__ provider's work is on now, asked at each export: the one its own
+    CUDA array interface names (CuPy and Numba name their current stream), else the legacy
+    default stream, which the provider is asked again to order its work before."""
+    cdef uintptr_t handle
+    try:
+        cai = self._resync.__cuda_array_interface__
+    except Exception:
+        cai = None
+    if type(cai) is dict:
+        stream = (<dict>cai).get("stream")
+        if stream is None:
+            return None
+        if _stream_int(stream, "__cuda_array_interface__: the provider's field 'stream'",
+                       &handle):
+            return handle
+    self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
+    return CU_STREAM_LEGACY

@@ -1,13 +1,14 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
 # dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (docs/spec.md §10).
-# The export block, its deleters and the capsule destructor live in _own.pxi.
+# The export block, its deleters and the capsule destructors live in _own.pxi.
+from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
-    cdef bint versioned = False, do_copy
-    cdef int32_t device_type = self.dl.device.device_type
-    cdef DLDevice target = self.dl.device
+    cdef bint versioned = self._plain_versioned
+    cdef void *block
     if (type(max_version) is tuple and len(<tuple>max_version) == 2
             and type((<tuple>max_version)[0]) is int and type((<tuple>max_version)[1]) is int):
         versioned = (<tuple>max_version)[0] >= 1        # what every consumer passes: no calls
@@ -19,27 +20,7 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
         except (TypeError, ValueError):
             raise TypeError(f"__dlpack__: max_version = {max_version!r} is not a "
                             "(major, minor) tuple of ints") from None
-    if dl_device is not None:
-        _target(self, dl_device, copy, &target)
-    if target.device_type == kDLCUDA and device_type != kDLCUDA:
-        block = _export_to_device(self, versioned, target.device_id, stream)
-    else:
-        do_copy = _export_copy(self, versioned, copy, target.device_type != device_type)
-        if device_type == kDLCPU and stream is None:
-            pass                                        # the common case: nothing to arrange
-        elif _cuda_kind(device_type):
-            _sync_for(self, stream, do_copy)
-        elif device_type == kDLROCM and stream is not None and stream != -1:
-            if self._resync is None:
-                raise BufferError(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
-                                  "streams for this provider; pass stream=None or -1")
-            self._resync.__dlpack__(stream=stream)  # the provider orders itself; capsule dropped
-        elif stream is not None and not (device_type == kDLROCM and stream == -1):
-            raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
-                              f"{_device_name(self.dl.device)}")
-        block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
-        if do_copy and not _host_accessible(device_type):
-            _fill_from_device(self, block, versioned)
+    block = _export_block(self, stream, versioned, dl_device, copy)
     try:
         if versioned:
             return PyCapsule_New(block, b"dltensor_versioned", _versioned_capsule_destructor)
@@ -47,6 +28,58 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
     except BaseException:
         _delete_managed(block, versioned)
         raise
+
+
+cdef void *_export_block(DLPackObject self, object stream, bint versioned, object dl_device,
+                         object copy) except NULL:
+    """The managed tensor a __dlpack__ call (or dlpack.ctypes.to_pointer) hands out: a view, a
+    host copy, a copy on the data's GPU or on another; ordered after the producer's work."""
+    cdef bint do_copy, moving
+    cdef int32_t device_type = self.dl.device.device_type
+    cdef DLDevice target = self.dl.device
+    cdef void *block
+    if dl_device is not None:
+        _target(self, dl_device, copy, &target)
+    if target.device_type == kDLCUDA and device_type != kDLCUDA:
+        return _export_to_device(self, versioned, target.device_id, stream)
+    moving = target.device_type != device_type
+    do_copy = _export_copy(self, versioned, copy, moving)
+    if device_type == kDLCPU and stream is None:
+        pass                                            # the common case: nothing to arrange
+    elif _cuda_kind(device_type):
+        if self._work_api != NULL and self._work_api == _torch_api:
+            _torch_current_device(self)
+        if do_copy and device_type == kDLCUDA and not moving:
+            return _export_device_copy(self, versioned, stream)
+        # a host copy is read by the host at once; so may pinned or managed data with no stream
+        _sync_for(self, stream, do_copy or (device_type != kDLCUDA and stream is None))
+    elif device_type == kDLROCM and stream is not None:
+        _rocm_order(self, stream)
+    elif stream is not None:
+        raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
+                          f"{_device_name(self.dl.device)}")
+    block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
+    if do_copy and not _host_accessible(device_type):
+        _fill_from_device(self, block, versioned)
+    return block
+
+
+cdef int _rocm_order(DLPackObject self, object stream) except -1:
+    """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing.
+    The stream is taken with __index__ first (an int subclass's == is never asked)."""
+    try:
+        if type(stream) is bool:
+            raise TypeError
+        value = PyNumber_Index(stream)
+    except TypeError:
+        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int") from None
+    if value == -1:
+        return 0
+    if self._resync is None:
+        raise BufferError(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
+                          "streams for this provider; pass stream=None or -1")
+    self._resync.__dlpack__(stream=value)      # the provider orders itself; capsule dropped
+    return 0
 
 
 cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint moving) except -1:
@@ -62,8 +95,8 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
                 "that passes max_version >= (1, 0), allow a copy, or opt in with "
                 "asdlpack(obj, allow_legacy_readonly=True)")
         do_copy = True
-    if do_copy and not _host_accessible(self.dl.device.device_type) and not (
-            moving and self.dl.device.device_type == kDLCUDA):
+    if do_copy and not _host_accessible(self.dl.device.device_type) and (
+            self.dl.device.device_type != kDLCUDA):
         raise BufferError(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
                           "in place is not supported; ask for a host copy with "
                           f"dl_device=({kDLCPU}, 0)")
@@ -71,22 +104,38 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
 
 
 cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out) except -1:
-    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU."""
+    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU.
+
+    dl_device is a tuple or list of two ints, read once from its own storage. The host is one
+    device, (kDLCPU, 0) (dlpack.h: CPU data has device_id 0; imports are normalised to it): any
+    other kDLCPU id names no device and is refused whatever copy says, as NumPy does.
+    """
     cdef DLDevice here = self.dl.device
+    if PyTuple_Check(dl_device):
+        pair = PyTuple_GetSlice(dl_device, 0, PyTuple_GET_SIZE(dl_device))
+    elif PyList_Check(dl_device):
+        pair = PyList_GetSlice(dl_device, 0, PyList_GET_SIZE(dl_device))
+    else:
+        pair = None
     try:
-        dt, did = dl_device
+        if pair is None or len(pair) != 2:
+            raise TypeError
+        dt, did = pair
         if type(dt) is bool or type(did) is bool:
             raise TypeError
         out.device_type = PyNumber_Index(dt)
         out.device_id = PyNumber_Index(did)
     except (TypeError, ValueError, OverflowError):
         raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
-                        "(device_type, device_id) tuple of ints") from None
+                        "(device_type, device_id) tuple or list of two ints") from None
+    if out.device_type == kDLCPU and out.device_id != 0:
+        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
+                          f"({kDLCPU}, 0); no other kDLCPU id names a device")
     if out.device_type == here.device_type and out.device_id == here.device_id:
         return 0
     if out.device_type == kDLCPU and (_host_accessible(here.device_type)
                                       or here.device_type == kDLCUDA):
-        out.device_id = 0
+        pass
     elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
         if out.device_id < 0:
             raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
@@ -116,16 +165,28 @@ cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
     return self._stream != 0
 
 
-cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
-    """Order a consumer's stream (or, for a host copy, the host) after the producer's work.
+cdef int _torch_current_device(DLPackObject self) except -1:
+    """torch's own __dlpack__ refuses CUDA tensors off the current device; so do exports of
+    tensors taken through its C exchange API (§4: a fast path refuses what the producer does)."""
+    current = sys.modules["torch"].cuda.current_device()
+    if current != self.dl.device.device_id:
+        raise BufferError(f"__dlpack__: torch refuses to export tensors on a different CUDA "
+                          f"device index (tensor on cuda:{self.dl.device.device_id}, current "
+                          f"device cuda:{current}); call torch.cuda.set_device("
+                          f"{self.dl.device.device_id}) first")
+    return 0
+
+
+cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
+    """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
 
     A __dlpack__ provider is asked again with the consumer's stream and orders itself (its
     capsule is dropped); providers that refuse the per-thread default stream (torch) are asked
     for the legacy default stream, which stream 2 waits for. Otherwise one event, or for a host
-    copy a synchronize, on the producer's stream.
+    reader a synchronize, on the producer's stream.
     """
     cdef uintptr_t producer, consumer
-    if host_copy:
+    if host_reads:
         if stream is not None:
             _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says
         if self._resync is not None:
@@ -146,38 +207,113 @@ cdef int _sync_for(DLPackObject self, object stream, bint host_copy) except -1:
 
 cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
     """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
-    producer): contiguous data in one copy, strided data as its span, gathered on the host."""
+    producer): contiguous data in one copy; strided data element by element, in rows of 2-D
+    copies, into a staging buffer in the order the elements lie in memory, then gathered into
+    C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
-    cdef int64_t lo, hi
-    cdef char *span = NULL
+    cdef int i, k, n = 0, ndim = self.dl.ndim
+    cdef int64_t isz = self._isz, lo = 0, step, size, offset = 0, width
+    cdef int64_t extent[MAX_NDIM]
+    cdef int64_t pitch[MAX_NDIM]
+    cdef int64_t gather[MAX_NDIM]
+    cdef int dim[MAX_NDIM]
+    cdef char *staging = NULL
     try:
         if self._count == 0:
             return 0
         if self._c_contig:
             _cu_copy(self.dl.device.device_id, t.data, self.dl.data, self._nbytes, False)
             return 0
-        _reach(self, &lo, &hi)
-        span = <char *>malloc(hi - lo)
-        if span == NULL:
-            raise MemoryError(f"__dlpack__: cannot allocate {hi - lo} bytes")
-        _cu_copy(self.dl.device.device_id, span, <char *>self.dl.data + lo, hi - lo, False)
-        _gather(<char *>t.data, span - lo, self)
+        # the dimensions that move (extent > 1, stride != 0) by byte stride, largest first,
+        # each flipped to run upwards from the lowest element
+        for i in range(ndim):
+            gather[i] = 0
+            if self.dl.shape[i] == 1 or self.dl.strides[i] == 0:
+                continue
+            step = self.dl.strides[i] * isz
+            if step < 0:
+                lo += (self.dl.shape[i] - 1) * step
+                step = -step
+            k = n
+            while k > 0 and pitch[k - 1] < step:
+                extent[k] = extent[k - 1]
+                pitch[k] = pitch[k - 1]
+                dim[k] = dim[k - 1]
+                k -= 1
+            extent[k] = self.dl.shape[i]
+            pitch[k] = step
+            dim[k] = i
+            n += 1
+        # the staging holds those dimensions compactly, in that order: each original dimension
+        # reads it with the matching compact stride (negative where flipped)
+        size = isz
+        for k in range(n - 1, -1, -1):
+            i = dim[k]
+            gather[i] = size // isz if self.dl.strides[i] > 0 else -(size // isz)
+            if self.dl.strides[i] < 0:
+                offset += (extent[k] - 1) * size
+            size *= extent[k]
+        # rows: the innermost dimensions that are contiguous in memory merge into one row
+        width = isz
+        while n > 0 and pitch[n - 1] == width:
+            width *= extent[n - 1]
+            n -= 1
+        staging = <char *>malloc(size)
+        if staging == NULL:
+            raise MemoryError(f"__dlpack__: cannot allocate {size} bytes")
+        _cu_copy_rows(self.dl.device.device_id, staging, <uintptr_t>self.dl.data + lo,
+                      width, n, extent, pitch)
+        _gather(<char *>t.data, staging + offset, self, gather)
     except BaseException:
         free(block)
         raise
     finally:
-        free(span)
+        free(staging)
     return 0
+
+
+cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream) except NULL:
+    """A private copy of CUDA data on its own GPU (copy=True, or read-only data for a legacy
+    consumer, §4): the bytes the original spans, with its layout, queued on the consumer's
+    stream once the producer's work is; with stream -1 on the producer's stream, which the host
+    then waits for (the consumer promised to order nothing)."""
+    cdef uintptr_t queue
+    cdef int32_t device_id = self.dl.device.device_id
+    cdef int64_t lo = 0, hi = 0
+    cdef bint settle = not _consumer_stream(stream, &queue)
+    cdef void *block
+    cdef DLTensor *t
+    if not settle:
+        _sync_for(self, stream, False)
+    elif self._resync is not None:
+        self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
+        queue = CU_STREAM_LEGACY
+    elif not _producer_stream(self, &queue):
+        queue = CU_STREAM_LEGACY
+    if self._count:
+        _reach(self, &lo, &hi)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
+    if hi > lo:
+        _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.dl.data + lo,
+                    hi - lo, settle)
+    block = _export(self, versioned, EXPORT_DEVICE_COPY, owner)
+    t = _block_tensor(block, versioned)
+    t.data = <void *><uintptr_t>(owner.ptr - lo)
+    memcpy(t.strides, self.dl.strides, self.dl.ndim * sizeof(int64_t))
+    return block
 
 
 cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_id,
                              object stream) except NULL:
     """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
-    the capsule's deleter runs; the consumer's stream waits for the copy to land."""
+    the capsule's deleter runs. From pageable memory the copy returns once staged, its DMA on
+    the legacy default stream: a consumer's stream 2 or handle waits for it (an event); with
+    stream None or -1 the consumer's stream is unknown (torch passes dl_device without one),
+    so the host waits for the copy to land."""
     cdef char *staging = NULL
     cdef const char *src = <const char *>self.dl.data
     cdef uintptr_t consumer
-    cdef bint ordered = _consumer_stream(stream, &consumer)
+    cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
     if _cuda_kind(self.dl.device.device_type):      # pinned or managed: read once it is ready
         _sync_for(self, None, True)
     cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
@@ -189,10 +325,9 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
             _gather(staging, src, self)
             src = staging
         if self._count:
-            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self._nbytes, True)
+            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self._nbytes, True,
+                     not ordered)
             if ordered and consumer != CU_STREAM_LEGACY:
-                # from pageable memory the copy returns once staged, its DMA on the legacy
-                # default stream: a non-blocking consumer stream must wait for that
                 _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)
     finally:
         free(staging)

@@ -11,7 +11,7 @@ cdef inline void _set_error(DLPackSetError set_error, void *ctx, const char *kin
 cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                         DLPackSetError set_error) noexcept nogil:
     """A new C-contiguous CPU tensor shaped like proto, freed by its deleter; its data starts on
-    a 256-byte boundary. proto's header and shape are read once, into a copy."""
+    a DATA_ALIGN boundary. proto's header and shape are read once, into a copy."""
     cdef int ndim
     cdef int64_t count, nbytes, itemsize
     cdef int64_t shape[MAX_NDIM]
@@ -50,7 +50,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
                    b"dtype or shape is invalid (zero bits, negative extent, or more bytes than "
                    b"memory can hold)")
         return -1
-    block = _alloc_block(data_at + <size_t>nbytes, True)
+    block = <char *>malloc(data_at + <size_t>nbytes)
     if block == NULL:
         _set_error(set_error, error_ctx, b"MemoryError",
                    b"pydlpack: out of memory allocating a tensor")
@@ -62,7 +62,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.deleter = _free_block
     m.flags = 0
     m.dl_tensor = p
-    m.dl_tensor.data = block + data_at
+    m.dl_tensor.data = _data_start(block, data_at)
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)
     m.dl_tensor.strides = m.dl_tensor.shape + ndim

@@ -76,8 +76,8 @@ cdef object _reduce(DLPackObject self, int protocol):
     span.readonly = readonly
     if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        copy = bytearray(self._nbytes + COPY_ALIGN - 1)
-        span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (COPY_ALIGN - 1))
+        copy = bytearray(self._nbytes + DATA_ALIGN - 1)
+        span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (DATA_ALIGN - 1))
         _gather(span.ptr, <const char *>self.dl.data, self)
         span.owner = copy
         lo, hi = 0, self._nbytes

@@ -3,12 +3,18 @@
 ``Producer(**faults)`` exports six float32 values held in a ``bytes`` object. Each fault breaks
 one rule the checker must flag; with no faults the producer is correct. Structs and callbacks
 are kept alive for the life of the process (a test helper may leak; it must never crash).
+
+The factories after ``Producer`` (listed in ``EXPECTED`` with the rule each must fail) misbehave
+worse: no producer at all, ``__dlpack__`` raising or returning a ``str``, wild pointers, one
+capsule or tensor handed out twice, NULL exchange-API entry points. Some crash a consumer that
+trusts them; ``python -m dlpack check`` must grade them all without crashing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
+import time
 
 import dlpack.ctypes as dlc
 
@@ -18,6 +24,7 @@ _GetName = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(
     ("PyCapsule_GetName", ctypes.pythonapi))
 _Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _Call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_FREED = 0x10                   # where "freed" fields point: unmapped, so reading them faults
 _KEEP: list = []                # structs, shapes and callbacks that C code may still reach
 DATA = struct.pack("6f", 0, 1, 2, 3, 4, 5)
 
@@ -30,7 +37,8 @@ class Producer:
     ``already_used`` (capsules are handed out named ``used_…``), ``versioned_as_legacy``
     (a DLManagedTensorVersioned under the name ``dltensor``), ``no_readonly`` (the memory is
     read-only, the flag is missing), ``null_strides`` (NULL strides in a 1.3 capsule),
-    ``refuses`` (``__dlpack__`` raises BufferError; pair with ``BrokenExchange``).
+    ``refuses`` (``__dlpack__`` raises BufferError; pair with ``BrokenExchange``), ``frees``
+    (the deleter frees the tensor: a later reader of its fields faults).
     """
 
     def __init__(self, **faults: bool) -> None:
@@ -39,10 +47,13 @@ class Producer:
         self.deleter_calls = 0
 
     @property
+    def address(self) -> int:
+        return ctypes.cast(ctypes.c_char_p(self.data), ctypes.c_void_p).value
+
+    @property
     def __array_interface__(self) -> dict:
         """The same memory, read-only: independent evidence for the READ_ONLY rule."""
-        address = ctypes.cast(ctypes.c_char_p(self.data), ctypes.c_void_p).value
-        return {"version": 3, "shape": (6,), "typestr": "<f4", "data": (address, True)}
+        return {"version": 3, "shape": (6,), "typestr": "<f4", "data": (self.address, True)}
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)
@@ -65,7 +76,7 @@ class Producer:
             "versioned_as_legacy") else dlc.DLManagedTensor
         m = struct_type()
         t = m.dl_tensor
-        t.data = self.__array_interface__["data"][0]
+        t.data = self.address
         t.device = dlc.DLDevice(1, 0)
         t.ndim = 1
         t.dtype = dlc.DLDataType(2, 32, 1)
@@ -77,8 +88,10 @@ class Producer:
             if not self.faults.get("no_readonly"):
                 m.flags = dlc.FLAG_BITMASK_READ_ONLY
 
-        def deleter(_address):
+        def deleter(address):
             self.deleter_calls += 1
+            if self.faults.get("frees"):
+                free(address, struct_type)
 
         callback = _Call(deleter)
         m.deleter = ctypes.cast(callback, type(m.deleter))
@@ -111,12 +124,22 @@ def _exchange_from_py_object(obj, out) -> int:
     return 0
 
 
+def _fails(*args) -> int:
+    return -1
+
+
 def _exchange_capsule():
-    """A DLPackExchangeAPI whose from-object function exports anything, refusals included."""
+    """A DLPackExchangeAPI whose from-object function exports anything, refusals included
+    (the other entry points fail every call)."""
     api = dlc.DLPackExchangeAPI()
     api.header.version = dlc.DLPackVersion(1, 3)
     api.managed_tensor_from_py_object_no_sync = type(api.managed_tensor_from_py_object_no_sync)(
         _exchange_from_py_object)
+    for field in ("managed_tensor_allocator", "managed_tensor_to_py_object_no_sync",
+                  "current_work_stream"):
+        function = type(getattr(api, field))(_fails)
+        setattr(api, field, function)
+        _KEEP.append(function)
     _KEEP.append(api)
     return _New(ctypes.addressof(api), b"dlpack_exchange_api", None)
 
@@ -128,3 +151,157 @@ class BrokenExchange(Producer):
 
     def __init__(self) -> None:
         super().__init__(refuses=True)
+
+
+def free(address: int, struct_type) -> None:
+    """What freeing a managed tensor does to a later reader: its pointers lead nowhere."""
+    m = struct_type.from_address(address)
+    m.dl_tensor.shape = ctypes.cast(_FREED, type(m.dl_tensor.shape))
+    m.dl_tensor.strides = ctypes.cast(_FREED, type(m.dl_tensor.strides))
+    m.deleter = ctypes.cast(_FREED, type(m.deleter))
+
+
+def returns_none() -> None:
+    """A factory that returns nothing."""
+
+
+def returns_42() -> int:
+    """A factory that returns no producer at all."""
+    return 42
+
+
+class AlwaysRaises(Producer):
+    """``__dlpack__`` raises on every request."""
+
+    def __dlpack__(self, **kwargs):
+        raise RuntimeError("export is not implemented")
+
+
+class ReturnsStr(Producer):
+    """``__dlpack__`` returns a ``str`` instead of a capsule."""
+
+    def __dlpack__(self, **kwargs):
+        return "dltensor"
+
+
+class BadDevice(Producer):
+    """``__dlpack_device__`` names the device as a string."""
+
+    def __dlpack_device__(self):
+        return ("cpu", 0)
+
+
+class ReadOnlyBytes(Producer):
+    """Exports read-only ``bytes`` without READ_ONLY; its ``__array_interface__`` hands out the
+    ``bytes`` object itself as ``data`` (a buffer object, read-only)."""
+
+    def __init__(self) -> None:
+        super().__init__(no_readonly=True)
+
+    @property
+    def __array_interface__(self) -> dict:
+        return {"version": 3, "shape": (6,), "typestr": "<f4", "data": self.data}
+
+
+class WildPointer(Producer):
+    """Capsules whose pointer leads to unmapped memory."""
+
+    def __dlpack__(self, *, max_version=None, **kwargs):
+        name = b"dltensor_versioned" if max_version and max_version[0] >= 1 else b"dltensor"
+        _KEEP.append(name)
+        return _New(_FREED, name, None)
+
+
+class SameCapsule(Producer):
+    """Hands out one capsule to every caller; the first consumer's deleter call frees it."""
+
+    def __init__(self) -> None:
+        super().__init__(frees=True)
+        self.capsules: dict[bool, object] = {}
+
+    def _capsule(self, versioned: bool):
+        if versioned not in self.capsules:
+            self.capsules[versioned] = super()._capsule(versioned)
+        return self.capsules[versioned]
+
+
+class SameStruct(Producer):
+    """A new capsule for every request, each holding the one managed tensor: every capsule's
+    destructor frees it (the second one through a freed deleter field)."""
+
+    def __init__(self) -> None:
+        super().__init__(frees=True)
+        self.structs: dict[bool, int] = {}
+
+    def managed(self, versioned: bool) -> int:
+        if versioned not in self.structs:
+            self.structs[versioned] = super().managed(versioned)
+        return self.structs[versioned]
+
+
+def _null_exchange_capsule():
+    """A DLPackExchangeAPI of version 1.3 whose entry points are all NULL."""
+    api = dlc.DLPackExchangeAPI()
+    api.header.version = dlc.DLPackVersion(1, 3)
+    _KEEP.append(api)
+    return _New(ctypes.addressof(api), b"dlpack_exchange_api", None)
+
+
+class NullExchange(Producer):
+    """A correct ``__dlpack__``; an exchange API on the type with NULL entry points."""
+
+    __dlpack_c_exchange_api__ = _null_exchange_capsule()
+
+
+class WildDeleter(Producer):
+    """Managed tensors whose deleter field points at unmapped memory: dropping a capsule (its
+    destructor calls the deleter) crashes."""
+
+    def managed(self, versioned: bool) -> int:
+        address = super().managed(versioned)
+        kind = dlc.DLManagedTensorVersioned if versioned else dlc.DLManagedTensor
+        m = kind.from_address(address)
+        m.deleter = ctypes.cast(_FREED, type(m.deleter))
+        return address
+
+
+def crashing_factory() -> Producer:
+    """A factory that crashes the process before it returns."""
+    ctypes.string_at(_FREED, 1)
+    return Producer()
+
+
+class Hangs(Producer):
+    """Correct, except that ``copy=True`` never returns."""
+
+    def __dlpack__(self, *, copy=None, **kwargs):
+        if copy:
+            time.sleep(3600)
+        return super().__dlpack__(**kwargs)
+
+
+class CrashOnCopy(Producer):
+    """Correct, except that ``copy=True`` crashes the process (a read of unmapped memory)."""
+
+    def __dlpack__(self, *, copy=None, **kwargs):
+        if copy:
+            ctypes.string_at(_FREED, 1)
+        return super().__dlpack__(**kwargs)
+
+
+# factory -> the rule ``python -m dlpack check`` must fail it by (the others pass or are n/a)
+EXPECTED = {
+    "returns_none": "basic-export",
+    "returns_42": "basic-export",
+    "AlwaysRaises": "basic-export",
+    "ReturnsStr": "basic-export",
+    "WildPointer": "basic-export",
+    "SameCapsule": "basic-export",
+    "SameStruct": "basic-export",
+    "NullExchange": "exchange-api",
+    "BadDevice": "device-copy",
+    "ReadOnlyBytes": "flags",
+    "CrashOnCopy": "device-copy",
+    "WildDeleter": "basic-export",
+    "crashing_factory": "factory",
+}

@@ -20,12 +20,25 @@ def no_leak():
 
 @pytest.fixture
 def fake():
-    """The fake CUDA driver, installed in the core for one test."""
+    """The fake CUDA driver, installed in the core for one test; afterwards no host read has
+    touched device memory and no blocking driver call was made with the GIL held."""
     from dlpack.tests import fake_cuda
 
     driver = fake_cuda.install()
     yield driver
     fake_cuda.uninstall()
+    assert driver.touched() == [], "a host read path read device memory"
+    assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
+
+
+@pytest.hookimpl(trylast=True)        # after the terminal reporter exists
+def pytest_configure(config):
+    """Print why each skipped test skipped (a missing library, no GPU), however pytest is run:
+    the README's command, dlpack.tests.run(), CI. The terminal reporter read -r already, so
+    its own copy is the one to extend."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and "s" not in reporter.reportchars:
+        reporter.reportchars += "s"
 
 
 def pytest_collection_finish(session):

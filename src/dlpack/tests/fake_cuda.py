@@ -1,22 +1,72 @@
-"""A fake CUDA driver for machines without a GPU, installed at the C level.
+"""A fake CUDA driver for machines without a GPU, as strict as libcuda where pydlpack's
+correctness depends on it, installed at the C level where libcuda's entry points go.
 
-Its entry points are ctypes callbacks that pydlpack's core calls exactly as it calls libcuda's.
-Every call is logged, so tests assert the exact sequence; "device" memory is host memory, so
-copies move real bytes. Calls that need a context fail, as libcuda's do, when none is current.
+Each entry point is a C function (tests/fake_cuda_shim.c) that notes whether its caller held
+the GIL and calls the Python implementation here. Every call is logged (names without ``_v2``)
+so tests assert exact sequences; a refused call is logged ``(name, "error", rc, why)`` and, as
+libcuda's, has no effect. The rules:
+
+- Context stacks are per thread; a thread starts with none. Every call that needs a context
+  (cuPointerGetAttributes included) fails with CUDA_ERROR_INVALID_CONTEXT (201) without one, and
+  with CUDA_ERROR_CONTEXT_IS_DESTROYED (709) in a primary context reset since it was retained.
+- Pointers the driver does not know get memory type 0 (and ordinal -2).
+- Streams and events belong to contexts: the default streams (1 legacy, 2 per-thread) to the
+  current one, the others to the one they were made in (cuStreamGetCtx). An event belongs to the
+  context current at cuEventCreate; recording it on a stream of another context, or queueing
+  work on a stream of a context that is not current, fails with CUDA_ERROR_INVALID_HANDLE (400).
+- Streams are queues. Work (``kernel`` writes standing for kernels, copies, event records) runs
+  later, in order, when drained: by a synchronize, by a call that must wait for it, or by the
+  test's ``run()``; a stream can be held shut (``hold``, as cuStreamWaitValue32 on a host flag).
+  The legacy stream orders against the blocking streams of its context, non-blocking streams do
+  not order against it, so a consumer not ordered after the producer reads the old values.
+- cuMemcpyHtoD from pageable memory returns once the bytes are staged: they land on the legacy
+  stream later. cuMemFree (and every synchronous call) waits for the device; a wait that needs
+  a held stream waits for ``release`` from another Python thread, which cannot come while the
+  caller holds the GIL: the fake then hangs for ``hang_timeout`` seconds, logs ``"hung"`` and
+  fails with CUDA_ERROR_LAUNCH_TIMEOUT (702). Blocking calls made with the GIL held are listed in
+  ``gil_held``.
+- Device memory lives in a mapping the fake never writes (its bytes are kept aside): a host read
+  of it gives zeros and leaves a resident page that ``touched()`` reports. Host-NUMA VMM memory
+  reports CU_MEMORYTYPE_HOST without a host pointer, as real drivers do, and lives there too.
 """
 
+from __future__ import annotations
+
 import ctypes
-from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint, c_uint64, c_void_p
+import hashlib
+import mmap
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_size_t,
+    c_uint,
+    c_uint64,
+    c_void_p,
+)
 
 from dlpack import _core
 
-DEVICE_PTR = 0x7F00_0000_0000
-MANAGED_PTR = 0x7E00_0000_0000
-HOST_PTR = 0x7D00_0000_0000
-
-CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE = 1, 2
+CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_UNIFIED = 1, 2, 4
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_INVALID_DEVICE = 101
 CUDA_ERROR_INVALID_CONTEXT = 201
-EVENT = 0xE0
+CUDA_ERROR_INVALID_HANDLE = 400
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
+CUDA_ERROR_LAUNCH_TIMEOUT = 702
+CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
+CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
+EVENT = 0xE0                    # the first event handle (the lowest free one is handed out)
+POISON = 0xCD                   # what fresh device memory holds
+DEVICE_COUNT = 8
 
 
 def ctx(device_id):
@@ -24,14 +74,27 @@ def ctx(device_id):
     return 0xC000 + device_id
 
 
+class CUDA_MEMCPY2D(Structure):
+    _fields_ = [("srcXInBytes", c_size_t), ("srcY", c_size_t), ("srcMemoryType", c_int),
+                ("srcHost", c_void_p), ("srcDevice", c_uint64), ("srcArray", c_void_p),
+                ("srcPitch", c_size_t), ("dstXInBytes", c_size_t), ("dstY", c_size_t),
+                ("dstMemoryType", c_int), ("dstHost", c_void_p), ("dstDevice", c_uint64),
+                ("dstArray", c_void_p), ("dstPitch", c_size_t), ("WidthInBytes", c_size_t),
+                ("Height", c_size_t)]
+
+
 _SIGNATURES = {
     "cuInit": (c_uint,),
     "cuGetErrorName": (c_int, POINTER(c_char_p)),
+    "cuCtxGetCurrent": (POINTER(c_void_p),),
     "cuPointerGetAttributes": (c_uint, POINTER(c_int), POINTER(c_void_p), c_uint64),
     "cuDeviceGet": (POINTER(c_int), c_int),
+    "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
     "cuDevicePrimaryCtxRetain": (POINTER(c_void_p), c_int),
+    "cuDevicePrimaryCtxGetState": (c_int, POINTER(c_uint), POINTER(c_int)),
     "cuCtxPushCurrent_v2": (c_void_p,),
     "cuCtxPopCurrent_v2": (POINTER(c_void_p),),
+    "cuStreamGetCtx": (c_void_p, POINTER(c_void_p)),
     "cuEventCreate": (POINTER(c_void_p), c_uint),
     "cuEventRecord": (c_void_p, c_void_p),
     "cuStreamWaitEvent": (c_void_p, c_void_p, c_uint),
@@ -41,125 +104,731 @@ _SIGNATURES = {
     "cuMemFree_v2": (c_uint64,),
     "cuMemcpyDtoH_v2": (c_void_p, c_uint64, c_size_t),
     "cuMemcpyHtoD_v2": (c_uint64, c_void_p, c_size_t),
+    "cuMemcpy2D_v2": (POINTER(CUDA_MEMCPY2D),),
+    "cuMemcpyDtoDAsync_v2": (c_uint64, c_uint64, c_size_t, c_void_p),
 }
-_NEEDS_CONTEXT = {"cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy",
-                  "cuStreamSynchronize", "cuMemAlloc", "cuMemFree", "cuMemcpyDtoH",
-                  "cuMemcpyHtoD"}
-_ERROR_NAMES = {CUDA_ERROR_INVALID_CONTEXT: b"CUDA_ERROR_INVALID_CONTEXT",
-                2: b"CUDA_ERROR_OUT_OF_MEMORY", 700: b"CUDA_ERROR_ILLEGAL_ADDRESS"}
+_NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
+                  "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
+                  "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
+                  "cuMemcpyDtoDAsync"}
+BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
+            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D"}
+_ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
+                CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
+                CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
+                CUDA_ERROR_INVALID_CONTEXT: b"CUDA_ERROR_INVALID_CONTEXT",
+                CUDA_ERROR_INVALID_HANDLE: b"CUDA_ERROR_INVALID_HANDLE",
+                CUDA_ERROR_ILLEGAL_ADDRESS: b"CUDA_ERROR_ILLEGAL_ADDRESS",
+                CUDA_ERROR_LAUNCH_TIMEOUT: b"CUDA_ERROR_LAUNCH_TIMEOUT",
+                CUDA_ERROR_CONTEXT_IS_DESTROYED: b"CUDA_ERROR_CONTEXT_IS_DESTROYED"}
+
+
+# -- the C shim and the device address space (one per process) --------------------------------
+
+_shim = None            # (CDLL, PyDLL) of the compiled shim, or False without a C compiler
+
+
+def _load_shim():
+    global _shim
+    if _shim is None:
+        _shim = False
+        cc = shutil.which("gcc") or shutil.which("cc")
+        source = os.path.join(os.path.dirname(__file__), "fake_cuda_shim.c")
+        if cc is not None:
+            with open(source, "rb") as f:
+                tag = hashlib.sha256(f.read()).hexdigest()[:16]
+            out = os.path.join(tempfile.gettempdir(), f"pydlpack-fake-cuda-{os.getuid()}-{tag}.so")
+            if not os.path.exists(out):
+                tmp = f"{out}.{os.getpid()}"
+                subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", tmp, source], check=True)
+                os.replace(tmp, out)
+            lib = ctypes.CDLL(out)
+            lib.shim_route.restype = c_void_p
+            lib.shim_route.argtypes = [c_char_p, c_void_p]
+            lib.shim_init(ctypes.cast(ctypes.pythonapi.PyGILState_Check, c_void_p))
+            held = ctypes.PyDLL(out)
+            held.shim_wait_holding_gil.argtypes = [POINTER(c_int), c_int, c_int]
+            _shim = (lib, held)
+    return _shim or None
+
+
+_SPACE = 1 << 30                # device address space: reserved, readable, never written
+_PAGE = mmap.PAGESIZE
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = c_void_p
+_libc.mmap.argtypes = [c_void_p, c_size_t, c_int, c_int, c_int, ctypes.c_long]
+_libc.madvise.argtypes = [c_void_p, c_size_t, c_int]
+_libc.mincore.argtypes = [c_void_p, c_size_t, c_void_p]
+_space = None
+_space_next = 0
+_space_high = 0                 # the highest offset ever handed out
+
+
+def _space_base():
+    global _space
+    if _space is None:
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000      # MAP_NORESERVE
+        base = _libc.mmap(None, _SPACE, mmap.PROT_READ, flags, -1, 0)
+        if base in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "cannot reserve the fake device address space")
+        _libc.madvise(base, _SPACE, 14)                             # MADV_NOHUGEPAGE
+        _space = base
+    return _space
+
+
+def _space_alloc(nbytes):
+    """An address range of the device space, never handed out twice in a row (256-aligned)."""
+    global _space_next, _space_high
+    size = (max(nbytes, 1) + 255) & ~255
+    if size > _SPACE:
+        return None
+    if _space_next + size > _SPACE:
+        _space_next = 0
+    base = _space_base() + _space_next
+    _space_next += size
+    _space_high = max(_space_high, _space_next)
+    return base
+
+
+def _forget_reads():
+    """Drop every page a host read brought in, so ``touched()`` starts clean."""
+    _libc.madvise(_space_base(), _SPACE, 4)                         # MADV_DONTNEED
+
+
+# -- the driver's objects ---------------------------------------------------------------------
+
+class DriverError(Exception):
+    def __init__(self, rc, why):
+        super().__init__(why)
+        self.rc = rc
+
+
+class Context:
+    def __init__(self, handle, device, primary):
+        self.handle, self.device, self.primary = handle, device, primary
+        self.active = not primary          # a primary context is active once retained
+        self.retains = 0
+        self.legacy = Stream(1, self, kind="legacy")
+        self.per_thread = {}
+
+
+class Stream:
+    def __init__(self, handle, context, kind="user", nonblocking=False):
+        self.handle, self.ctx, self.kind, self.nonblocking = handle, context, kind, nonblocking
+        self.held = False
+        self.ops = []                      # queued, not yet run, in order
+
+
+class Op:
+    __slots__ = ("deps", "done", "fn", "label", "stream")
+
+    def __init__(self, stream, deps, fn, label):
+        self.stream, self.deps, self.fn, self.label, self.done = stream, deps, fn, label, False
+
+
+class Event:
+    def __init__(self, handle, context):
+        self.handle, self.ctx, self.op = handle, context, None
+
+
+class Allocation:
+    """Memory the driver knows: ``device`` and ``vmm_host`` bytes are kept in ``data`` (their
+    addresses have no host mapping); ``pinned`` and ``managed`` are host memory at ``base``."""
+
+    def __init__(self, base, size, kind, context, data=None, keep=None, allocated=False):
+        self.base, self.size, self.kind, self.ctx = base, size, kind, context
+        self.data, self.keep, self.allocated = data, keep, allocated
+
+
+class Result:
+    """What a queued read (a consumer kernel) saw, once the GPU ran it."""
+    value = None
 
 
 class FakeDriver:
-    """Pointer attributes from a table, a log of every call (names without ``_v2``), and
-    ``fail[name] = rc`` to make one entry point fail (logged as ``(name, "failed")``)."""
+    """See the module docstring. ``attributes[ptr] = (memory type, ordinal, managed[, host
+    pointer])`` overrides what cuPointerGetAttributes says of one exact pointer; ``fail[name] =
+    rc`` makes an entry point fail (logged ``(name, "failed")``)."""
+
+    hang_timeout = 2.0
 
     def __init__(self):
         self.calls = []
-        self.memory = {}
         self.fail = {}
-        self.attributes = {MANAGED_PTR: (CU_MEMORYTYPE_DEVICE, 0, True),
-                           HOST_PTR: (CU_MEMORYTYPE_HOST, 0, False)}
-        self.default_attributes = (CU_MEMORYTYPE_DEVICE, 1, False)
-        self.current = []                       # the thread's context stack
+        self.attributes = {}
+        self.gil_held = []                 # blocking calls made with the caller holding the GIL
+        self.max_pitch = 2**31 - 1
+        self.waiting = threading.Event()   # set when a call starts waiting for a held stream
+        self.contexts = {}
+        self.streams = {}
+        self.events = {}
+        self.allocations = {}              # base -> Allocation
+        self._stacks = {}                  # thread ident -> context stack
+        self._cond = threading.Condition(threading.Lock())
+        self._released = c_int(0)          # bumped by release(); a C spin watches it
+        self._next_context = 0xC800
+        self._next_stream = 0x5000
         self._callbacks = {name: ctypes.CFUNCTYPE(c_int, *args)(self._entry(name))
                            for name, args in _SIGNATURES.items()}
+        shim = _load_shim()
+        self._pydll = shim[1] if shim else None
+        self._entries = {}
+        for name, fn in self._callbacks.items():
+            address = ctypes.cast(fn, c_void_p).value
+            if shim:
+                address = shim[0].shim_route(name.encode(), address)
+            self._entries[name] = address
 
     def symbols(self):
-        return {name: ctypes.cast(fn, c_void_p).value for name, fn in self._callbacks.items()}
+        return dict(self._entries)
+
+    # -- the calling thread --------------------------------------------------------------------
+
+    @property
+    def current(self):
+        """The calling thread's context stack (handles)."""
+        return self._stacks.setdefault(threading.get_ident(), [])
+
+    def stacks_empty(self):
+        return all(not s for s in self._stacks.values())
+
+    def _caller_held_gil(self):
+        shim = _load_shim()
+        return bool(shim and shim[0].shim_caller_held_gil())
+
+    def _context(self, need=True):
+        stack = self.current
+        if not stack:
+            if need:
+                raise DriverError(CUDA_ERROR_INVALID_CONTEXT, "no current context")
+            return None
+        c = self.contexts[stack[-1]]
+        if need and c.primary and not c.active:
+            raise DriverError(CUDA_ERROR_CONTEXT_IS_DESTROYED, "the current primary context "
+                              "was reset")
+        return c
 
     def _entry(self, name):
         short = name.removesuffix("_v2")
         impl = getattr(self, "_" + short)
 
         def entry(*args):
-            if short in _NEEDS_CONTEXT and not self.current:
-                self.calls.append((short, "no context"))
-                return CUDA_ERROR_INVALID_CONTEXT
-            if short in self.fail and short != "cuGetErrorName":
-                self.calls.append((short, "failed"))    # as libcuda's: no effect at all
-                return self.fail[short]
-            try:
-                logged = impl(*args)
-            except Exception as e:                 # a bug in the fake or in the caller
-                self.calls.append((short, "raised", repr(e)))
-                return 999
-            if short != "cuGetErrorName":
+            with self._cond:
+                if short in BLOCKING and self._caller_held_gil():
+                    self.gil_held.append(short)
+                if short in _NEEDS_CONTEXT and not self.current:
+                    self.calls.append((short, "no context"))
+                    return CUDA_ERROR_INVALID_CONTEXT
+                if short == "cuGetErrorName":
+                    return self._cuGetErrorName(*args)
+                if short in self.fail:
+                    self.calls.append((short, "failed"))    # as libcuda's: no effect at all
+                    return self.fail[short]
+                try:
+                    if short in _NEEDS_CONTEXT:
+                        self._context()
+                    logged = impl(*args)
+                except DriverError as e:
+                    self.calls.append((short, "error", e.rc, str(e)))
+                    return e.rc
+                except Exception as e:             # a bug in the fake or in the caller
+                    self.calls.append((short, "raised", repr(e)))
+                    return 999
                 self.calls.append((short, *logged))
-            return 0
+                return 0
         return entry
 
-    # Each returns the arguments worth logging.
+    # -- memory --------------------------------------------------------------------------------
+
+    def _find(self, ptr, nbytes):
+        """(allocation, offset) of [ptr, ptr + nbytes), inside one allocation, or None."""
+        for a in self.allocations.values():
+            if a.base <= ptr and ptr + nbytes <= a.base + a.size and (nbytes or ptr < a.base
+                                                                      + a.size):
+                return a, ptr - a.base
+        return None
+
+    def _region(self, ptr, nbytes, what):
+        found = self._find(ptr, nbytes)
+        if found is None:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{what} {ptr:#x} (+{nbytes}) is not "
+                              "memory the driver knows")
+        return found
+
+    def _get(self, ptr, nbytes):
+        a, off = self._region(ptr, nbytes, "source")
+        if a.data is not None:
+            return bytes(a.data[off:off + nbytes])
+        return ctypes.string_at(ptr, nbytes)
+
+    def _put(self, ptr, data):
+        a, off = self._region(ptr, len(data), "destination")
+        if a.data is not None:
+            a.data[off:off + len(data)] = data
+        else:
+            ctypes.memmove(ptr, data, len(data))
+
+    def _host(self, ptr, nbytes, what):
+        """A host buffer argument: never an address of the device space."""
+        base = _space_base()
+        if base <= ptr < base + _SPACE:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{what} {ptr:#x} is device memory")
+        return ptr
+
+    def _pinned(self, ptr, nbytes):
+        found = self._find(ptr, nbytes)
+        return found is not None and found[0].kind in ("pinned", "managed")
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def _resolve(self, handle, same_context=True):
+        """The Stream a handle names for the calling thread."""
+        if handle in (None, 0, 1, 2):
+            c = self._context()
+            if handle == 2:
+                return c.per_thread.setdefault(threading.get_ident(),
+                                               Stream(2, c, kind="per_thread"))
+            return c.legacy
+        s = self.streams.get(handle)
+        if s is None:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"stream {handle:#x} does not exist")
+        if same_context and s.ctx is not self._context():
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"stream {handle:#x} belongs to "
+                              f"context {s.ctx.handle:#x}, not the current one")
+        return s
+
+    def _blocking(self, context):
+        """The streams the legacy stream of a context orders against."""
+        found = [s for s in self.streams.values() if s.ctx is context and not s.nonblocking]
+        return found + list(context.per_thread.values())
+
+    def _enqueue(self, stream, fn, label, deps=()):
+        d = [o for o in deps if o is not None and not o.done]
+        if stream.ops:
+            d.append(stream.ops[-1])
+        if stream.kind == "legacy":
+            d += [s.ops[-1] for s in self._blocking(stream.ctx) if s.ops]
+        elif not stream.nonblocking and stream.ctx.legacy.ops:
+            d.append(stream.ctx.legacy.ops[-1])
+        op = Op(stream, d, fn, label)
+        stream.ops.append(op)
+        return op
+
+    def _advance(self, target):
+        """Run target and what it depends on; False when a held stream stops it."""
+        stack = [target]
+        while stack:
+            op = stack[-1]
+            if op.done:
+                stack.pop()
+                continue
+            pending = [d for d in op.deps if not d.done]
+            if pending:
+                stack.append(pending[0])
+                continue
+            if op.stream.held:
+                return False
+            assert op.stream.ops[0] is op
+            op.stream.ops.pop(0)
+            op.done = True
+            if op.fn is not None:
+                op.fn()
+            stack.pop()
+        return True
+
+    def _complete(self, op, name):
+        """Wait (as the host) until op has run: DriverError 702 when that hangs."""
+        while not self._advance(op):
+            self._wait(name)
+
+    def _wait(self, name):
+        self.waiting.set()
+        seen = self._released.value
+        deadline = time.monotonic() + self.hang_timeout
+        if self._caller_held_gil() and self._pydll is not None:
+            # Only Python (``release``) opens a held stream, and no other Python thread runs
+            # while the caller holds the GIL: this is the hang, for hang_timeout seconds (in C:
+            # the interpreter's loop would hand the GIL over between Python-level sleeps).
+            self._cond.release()
+            try:
+                changed = self._pydll.shim_wait_holding_gil(ctypes.byref(self._released), seen,
+                                                            int(self.hang_timeout * 1000))
+            finally:
+                self._cond.acquire()
+        else:
+            while self._released.value == seen and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            changed = self._released.value != seen
+        if not changed:
+            raise DriverError(CUDA_ERROR_LAUNCH_TIMEOUT, "hung: waits for a held stream")
+
+    def _all_ops(self, device=None):
+        for c in self.contexts.values():
+            if device is None or c.device == device:
+                for s in [c.legacy, *c.per_thread.values(),
+                          *[s for s in self.streams.values() if s.ctx is c]]:
+                    yield from list(s.ops)
+
+    def _drain(self, device, name):
+        """The host waits until every stream of device is idle (cuMemFree does)."""
+        while True:
+            ops = list(self._all_ops(device))
+            if not ops:
+                return
+            self._complete(ops[-1], name)
+            for op in ops:
+                self._complete(op, name)
+
+    def _sync(self, stream, name):
+        """Synchronous calls: the host waits for the stream's queued work (legacy semantics)."""
+        self._complete(self._enqueue(stream, None, "sync"), name)
+
+    # -- the entry points: each returns the arguments worth logging ----------------------------
+
     def _cuInit(self, flags):
         return (flags,)
 
     def _cuGetErrorName(self, rc, out):
-        name = _ERROR_NAMES.get(rc)
-        if name is None:
-            return ()
-        out[0] = name
+        """Not logged; an unknown code gives CUDA_ERROR_INVALID_VALUE and NULL."""
+        out[0] = _ERROR_NAMES.get(rc)
+        return 0 if out[0] else CUDA_ERROR_INVALID_VALUE
+
+    def _cuCtxGetCurrent(self, out):
+        stack = self.current
+        out[0] = stack[-1] if stack else None
         return ()
 
     def _cuPointerGetAttributes(self, n, attrs, values, ptr):
-        mem, ordinal, managed = self.attributes.get(ptr, self.default_attributes)
-        assert n == 3 and [attrs[i] for i in range(3)] == [2, 9, 8]
-        c_uint.from_address(values[0]).value = mem
-        c_int.from_address(values[1]).value = ordinal
-        c_uint.from_address(values[2]).value = managed
+        mem, ordinal, managed, host, context = self._pointer(ptr)
+        for i in range(n):
+            a, v = attrs[i], values[i]
+            if a == 1:
+                c_void_p.from_address(v).value = context
+            elif a == 2:
+                c_uint.from_address(v).value = mem
+            elif a == 4:
+                c_void_p.from_address(v).value = host
+            elif a == 8:
+                c_uint.from_address(v).value = managed
+            elif a == 9:
+                c_int.from_address(v).value = ordinal
+            else:
+                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"attribute {a}")
         return (ptr,)
 
+    def _pointer(self, ptr):
+        if ptr in self.attributes:
+            mem, ordinal, managed, *host = self.attributes[ptr]
+            return mem, ordinal, int(managed), (host[0] if host else ptr), None
+        found = self._find(ptr, 0)
+        if found is None:
+            return 0, -2, 0, None, None
+        a = found[0]
+        device = a.ctx.device
+        return {"device": (CU_MEMORYTYPE_DEVICE, device, 0, None, a.ctx.handle),
+                "pinned": (CU_MEMORYTYPE_HOST, device, 0, ptr, a.ctx.handle),
+                "managed": (CU_MEMORYTYPE_DEVICE, device, 1, ptr, a.ctx.handle),
+                "vmm_host": (CU_MEMORYTYPE_HOST, device, 0, None, a.ctx.handle)}[a.kind]
+
     def _cuDeviceGet(self, out, ordinal):
+        if not 0 <= ordinal < DEVICE_COUNT:
+            raise DriverError(CUDA_ERROR_INVALID_DEVICE, f"no device {ordinal}")
         out[0] = ordinal
         return (ordinal,)
 
+    def _cuDeviceGetAttribute(self, out, attribute, dev):
+        if attribute != CU_DEVICE_ATTRIBUTE_MAX_PITCH or not 0 <= dev < DEVICE_COUNT:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"attribute {attribute} of {dev}")
+        out[0] = self.max_pitch
+        return (attribute, dev)
+
+    def primary(self, device, retain=False):
+        """device's primary context; retain: as the library that made a stream or memory in it
+        (torch, CuPy) did."""
+        c = self.contexts.get(ctx(device))
+        if c is None:
+            c = self.contexts[ctx(device)] = Context(ctx(device), device, primary=True)
+        if retain and not c.active:
+            c.active = True
+            c.retains += 1
+        return c
+
     def _cuDevicePrimaryCtxRetain(self, out, dev):
-        out[0] = ctx(dev)
+        if not 0 <= dev < DEVICE_COUNT:
+            raise DriverError(CUDA_ERROR_INVALID_DEVICE, f"no device {dev}")
+        c = self.primary(dev)
+        c.active = True
+        c.retains += 1
+        out[0] = c.handle
+        return (dev,)
+
+    def _cuDevicePrimaryCtxGetState(self, dev, flags, active):
+        flags[0] = 0
+        active[0] = int(self.primary(dev).active)
         return (dev,)
 
     def _cuCtxPushCurrent(self, context):
+        if context not in self.contexts:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, f"no context {context}")
         self.current.append(context)
         return (context,)
 
     def _cuCtxPopCurrent(self, out):
-        self.current.pop()
+        if not self.current:
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, "nothing to pop")
+        out[0] = self.current.pop()
         return ()
 
+    def _cuStreamGetCtx(self, stream, out):
+        out[0] = self._resolve(stream, same_context=False).ctx.handle
+        return (stream,)
+
     def _cuEventCreate(self, out, flags):
-        out[0] = EVENT
+        handle = EVENT
+        while handle in self.events:
+            handle += 1
+        self.events[handle] = Event(handle, self._context())
+        out[0] = handle
         return (flags,)
 
+    def _event(self, handle):
+        e = self.events.get(handle)
+        if e is None:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"no event {handle}")
+        return e
+
     def _cuEventRecord(self, event, stream):
+        e, s = self._event(event), self._resolve(stream)
+        if e.ctx is not s.ctx:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"event of context {e.ctx.handle:#x} "
+                              f"recorded on a stream of context {s.ctx.handle:#x}")
+        e.op = self._enqueue(s, None, f"record {event:#x}")
         return (event, stream)
 
     def _cuStreamWaitEvent(self, stream, event, flags):
+        e, s = self._event(event), self._resolve(stream)
+        self._enqueue(s, None, f"wait {event:#x}", deps=[e.op])
         return (stream, event, flags)
 
     def _cuEventDestroy(self, event):
+        self._event(event)
+        del self.events[event]
         return (event,)
 
     def _cuStreamSynchronize(self, stream):
+        self._sync(self._resolve(stream), "cuStreamSynchronize")
         return (stream,)
 
     def _cuMemAlloc(self, out, nbytes):
-        buf = ctypes.create_string_buffer(nbytes)
-        self.memory[ctypes.addressof(buf)] = buf
-        out[0] = ctypes.addressof(buf)
+        if nbytes == 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
+        base = _space_alloc(nbytes)
+        if base is None:
+            raise DriverError(CUDA_ERROR_OUT_OF_MEMORY, f"{nbytes} bytes")
+        self.allocations[base] = Allocation(base, nbytes, "device", self._context(),
+                                            bytearray([POISON]) * nbytes, allocated=True)
+        out[0] = base
         return (nbytes,)
 
     def _cuMemFree(self, ptr):
-        del self.memory[ptr]
+        a = self.allocations.get(ptr)
+        if a is None or not a.allocated:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not allocated")
+        self._drain(a.ctx.device, "cuMemFree")
+        del self.allocations[ptr]
         return (ptr,)
 
     def _cuMemcpyDtoH(self, dst, src, nbytes):
-        ctypes.memmove(dst, src, nbytes)
+        self._host(dst, nbytes, "destination")
+        self._region(src, nbytes, "source")
+        self._sync(self._resolve(1), "cuMemcpyDtoH")    # the legacy stream's work comes first
+        ctypes.memmove(dst, self._get(src, nbytes), nbytes)
         return (src, nbytes)
 
     def _cuMemcpyHtoD(self, dst, src, nbytes):
-        ctypes.memmove(dst, src, nbytes)
+        self._host(src, nbytes, "source")
+        self._region(dst, nbytes, "destination")
+        legacy = self._resolve(1)
+        self._sync(legacy, "cuMemcpyHtoD")      # "a stream sync is performed before the copy"
+        data = ctypes.string_at(src, nbytes)
+        if self._pinned(src, nbytes):
+            self._put(dst, data)                # from pinned memory: synchronous
+        else:                                   # from pageable memory: staged, lands later
+            self._enqueue(legacy, lambda: self._put(dst, data), f"HtoD {dst:#x}")
         return (dst, nbytes)
+
+    def _cuMemcpy2D(self, p):
+        c = p.contents
+        if c.srcXInBytes or c.srcY or c.dstXInBytes or c.dstY:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "offsets are not modelled")
+        for side in ("src", "dst"):
+            pitch = getattr(c, side + "Pitch")
+            if c.Height > 1 and (pitch < c.WidthInBytes or pitch > self.max_pitch):
+                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{side}Pitch {pitch} for rows of "
+                                  f"{c.WidthInBytes} bytes (maximum {self.max_pitch})")
+        if (c.srcMemoryType, c.dstMemoryType) != (CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "only device to host is modelled")
+        rows = [(c.srcDevice + r * c.srcPitch, c.dstHost + r * c.dstPitch)
+                for r in range(c.Height)]
+        for src, dst in rows:
+            self._host(dst, c.WidthInBytes, "destination")
+            self._region(src, c.WidthInBytes, "source")
+        self._sync(self._resolve(1), "cuMemcpy2D")
+        for src, dst in rows:
+            ctypes.memmove(dst, self._get(src, c.WidthInBytes), c.WidthInBytes)
+        return (c.srcDevice, c.WidthInBytes, c.Height, c.srcPitch)
+
+    def _cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
+        self._region(src, nbytes, "source")
+        self._region(dst, nbytes, "destination")
+        s = self._resolve(stream)
+        self._enqueue(s, lambda: self._put(dst, self._get(src, nbytes)), f"DtoD {dst:#x}")
+        return (dst, src, nbytes, stream)
+
+    # -- what tests do with the fake GPU -------------------------------------------------------
+
+    def context(self, device=0):
+        """A context other than the primary one (cuCtxCreate, PyCUDA, a green context)."""
+        handle = self._next_context
+        self._next_context += 1
+        self.contexts[handle] = Context(handle, device, primary=False)
+        return handle
+
+    def stream(self, handle=None, device=0, context=None, nonblocking=False):
+        """A stream of context (device's primary one by default); returns its handle."""
+        if handle is None:
+            handle = self._next_stream
+            self._next_stream += 1
+        c = self.contexts[context] if context is not None else self.primary(device, True)
+        self.streams[handle] = Stream(handle, c, nonblocking=nonblocking)
+        return handle
+
+    def _stream(self, handle, device=0):
+        if handle in (1, 2):
+            c = self.primary(device, True)
+            if handle == 1:
+                return c.legacy
+            return c.per_thread.setdefault(threading.get_ident(), Stream(2, c, "per_thread"))
+        return self.streams[handle]
+
+    def hold(self, stream, device=0):
+        """Hold a stream shut (as cuStreamWaitValue32 on a host flag) until ``release``."""
+        with self._cond:
+            self._stream(stream, device).held = True
+
+    def release(self, stream, device=0):
+        with self._cond:
+            self._stream(stream, device).held = False
+            self._released.value += 1
+            self._cond.notify_all()
+
+    def _memory(self, kind, size, device, context, data=None, base=None, keep=None):
+        c = self.contexts[context] if context is not None else self.primary(device, True)
+        if base is None:
+            base = _space_alloc(size)
+        self.allocations[base] = Allocation(base, size, kind, c, data, keep)
+        return base
+
+    def device_array(self, data, device=0, context=None):
+        """Device memory holding data (bytes, or a ctypes array), as if a kernel wrote it."""
+        data = bytes(data)
+        return self._memory("device", len(data), device, context, bytearray(data))
+
+    def pinned(self, obj, device=0, context=None):
+        """Host memory of a ctypes object, registered with the driver (cuMemHostRegister)."""
+        return self._memory("pinned", ctypes.sizeof(obj), device, context,
+                            base=ctypes.addressof(obj), keep=obj)
+
+    def managed(self, obj, device=0, context=None):
+        """Managed memory, host-accessible: a ctypes object's."""
+        return self._memory("managed", ctypes.sizeof(obj), device, context,
+                            base=ctypes.addressof(obj), keep=obj)
+
+    def vmm_host(self, data, device=0, context=None):
+        """Host-NUMA VMM memory (cuMemCreate on a host NUMA node, cuMemMap): CU_MEMORYTYPE_HOST
+        without a host mapping."""
+        data = bytes(data)
+        return self._memory("vmm_host", len(data), device, context, bytearray(data))
+
+    def kernel(self, stream, ptr, data, device=0):
+        """Queue a write of data at ptr on stream: a kernel's output, seen once it runs."""
+        with self._cond:
+            data = bytes(data)
+            self._enqueue(self._stream(stream, device), lambda: self._put(ptr, data),
+                          f"kernel {ptr:#x}")
+
+    def consume(self, stream, ptr, nbytes, device=0):
+        """Queue a read of nbytes at ptr on stream (a consumer's kernel); its Result fills in
+        when the GPU runs it."""
+        result = Result()
+
+        def read():
+            result.value = self._get(ptr, nbytes)
+
+        with self._cond:
+            self._enqueue(self._stream(stream, device), read, f"read {ptr:#x}")
+        return result
+
+    def synchronize(self, stream, device=0):
+        """The host waits for a stream's queued work (and what it waits for), nothing else."""
+        with self._cond:
+            s = self._stream(stream, device)
+            if s.ops and not self._advance(s.ops[-1]):
+                raise AssertionError(f"stream {stream:#x} waits for a held stream")
+
+    def run(self):
+        """Run the GPU: every queued operation that no held stream stops."""
+        with self._cond:
+            progress = True
+            while progress:
+                progress = False
+                for op in list(self._all_ops()):
+                    if not op.done and self._advance(op):
+                        progress = True
+
+    def read(self, ptr, nbytes):
+        """What memory the driver knows holds now (device memory read without a host read)."""
+        with self._cond:
+            return self._get(ptr, nbytes)
+
+    def pending(self):
+        return [op.label for op in self._all_ops()]
+
+    def reset_primary(self, device):
+        """cuDevicePrimaryCtxReset by another library: the context's memory, streams and events
+        are destroyed, and it is inactive until retained again."""
+        with self._cond:
+            c = self.primary(device)
+            c.active = False
+            for s in [c.legacy, *c.per_thread.values(),
+                      *[s for s in self.streams.values() if s.ctx is c]]:
+                for op in s.ops:
+                    op.done = True              # destroyed, never run
+                s.ops.clear()
+            c.per_thread.clear()
+            for base in [b for b, a in self.allocations.items() if a.ctx is c and a.allocated]:
+                del self.allocations[base]
+            for h in [h for h, s in self.streams.items() if s.ctx is c]:
+                del self.streams[h]
+            for h in [h for h, e in self.events.items() if e.ctx is c]:
+                del self.events[h]
+
+    def allocated(self):
+        """Bases of the device memory made by cuMemAlloc and not freed."""
+        return [b for b, a in self.allocations.items() if a.allocated]
+
+    def touched(self):
+        """Offsets of the device address space pages a host read brought in (none: untouched)."""
+        pages = (_space_high + _PAGE - 1) // _PAGE
+        vec = (ctypes.c_ubyte * max(pages, 1))()
+        if pages and _libc.mincore(_space_base(), pages * _PAGE, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return [i * _PAGE for i in range(pages) if vec[i] & 1]
 
 
 def install():
     """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it)."""
+    _forget_reads()
     driver = FakeDriver()
     _core._cuda_driver(driver.symbols())
     driver.calls.clear()
@@ -171,20 +840,46 @@ def uninstall():
 
 
 # Expected call sequences.
+def primary(device_id, first=False):
+    """Looking device_id's primary context up: retained on first use, else its state asked."""
+    if first:
+        return [("cuDeviceGet", device_id), ("cuDevicePrimaryCtxRetain", device_id)]
+    return [("cuDevicePrimaryCtxGetState", device_id)]
+
+
 def enter(device_id, first=False):
-    """Making device_id's primary context current (retained on its first use)."""
-    retain = [("cuDeviceGet", device_id), ("cuDevicePrimaryCtxRetain", device_id)]
-    return (retain if first else []) + [("cuCtxPushCurrent", ctx(device_id))]
+    """Making device_id's primary context current."""
+    return [*primary(device_id, first), ("cuCtxPushCurrent", ctx(device_id))]
 
 
 LEAVE = [("cuCtxPopCurrent",)]
 
 
-def wait(device_id, producer, consumer, first=True):
-    """One event: consumer waits for producer's queued work."""
-    return [*enter(device_id, first), ("cuEventCreate", 2), ("cuEventRecord", EVENT, producer),
-            ("cuStreamWaitEvent", consumer, EVENT, 0), ("cuEventDestroy", EVENT), *LEAVE]
+def query(ptr, first=True):
+    """Asking the device of a pointer on a thread with no current context (GPU 0's borrowed)."""
+    return [("cuCtxGetCurrent",), *enter(0, first), ("cuPointerGetAttributes", ptr), *LEAVE]
 
 
-def synchronize(device_id, stream, first=True):
-    return [*enter(device_id, first), ("cuStreamSynchronize", stream), *LEAVE]
+def _lookup(device_id, stream, first):
+    if stream in (1, 2):
+        return primary(device_id, first), False
+    return [("cuStreamGetCtx", stream)], first
+
+
+def wait(device_id, producer, consumer, first=True, context=None):
+    """One event in the producer's stream's context: the consumer waits for its queued work.
+    ``first``: device_id's primary context is not retained yet; ``context``: the one both
+    streams belong to (device_id's primary one by default)."""
+    p, first = _lookup(device_id, producer, first)
+    c, _ = _lookup(device_id, consumer, first)
+    here = ctx(device_id) if context is None else context
+    return [*p, *c, ("cuCtxPushCurrent", here), ("cuEventCreate", 2),
+            ("cuEventRecord", EVENT, producer), ("cuStreamWaitEvent", consumer, EVENT, 0),
+            ("cuEventDestroy", EVENT), *LEAVE]
+
+
+def synchronize(device_id, stream, first=True, context=None):
+    """The host waits for a stream (in its own context)."""
+    lookup, _ = _lookup(device_id, stream, first)
+    here = ctx(device_id) if context is None else context
+    return [*lookup, ("cuCtxPushCurrent", here), ("cuStreamSynchronize", stream), *LEAVE]

@@ -136,6 +136,15 @@ def via_cai(**fields):
     return lambda: summary(asdlpack(Iface(d, CAI)))
 
 
+class LyingInt(int):
+    """An int whose == answers False to everything (so ``x == 0`` hides a zero)."""
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = int.__hash__
+
+
 class Index:
     """An object with ``__index__``, which runs ``action`` and returns ``value``."""
 
@@ -368,9 +377,10 @@ def _register_typestr() -> None:
     for name, value in descr:
         add(g, f"descr-{name}", via_ai(typestr="|V2", shape=(8,), descr=value),
             buffer_error(AI, ("'typestr'", "'descr'")))
+    # a descr name is not a type (only a real ml_dtypes dtype is: class 9, see _register_names)
     add(g, "descr-bfloat16", lambda: asdlpack(Iface(ai(typestr="|V2", shape=(8,),
                                                        descr=[("bfloat16", "|V2")]))).dtype.name,
-        Gives("bfloat16"))
+        buffer_error(AI, "'typestr'", "'bfloat16'", "view"))
     add(g, "descr-empty-tuple-f8", via_ai(descr=[()]), Gives([[2], [1], "float64", False]))
 
 
@@ -474,6 +484,9 @@ def _register_mappings() -> None:
     add(g, "cai-stream-0", via_cai(stream=0), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-bool", via_cai(stream=True), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-str", via_cai(stream="1"), buffer_error(CAI, "'stream'"))
+    add(g, "cai-stream-minus-1", via_cai(stream=-1), buffer_error(CAI, "'stream' = -1", "None"))
+    add(g, "cai-stream-lying-zero", via_cai(stream=LyingInt(0)),
+        buffer_error(CAI, "'stream' = 0", "ambiguous"))
     add(g, "cai-mask", via_cai(mask=object()), buffer_error(CAI, "'mask'"))
     add(g, "cai-typestr-list", via_cai(typestr=["<f8"]), buffer_error(CAI, "'typestr'"))
     add(g, "cai-shape-huge", via_cai(shape=(2**62, 2**62)), buffer_error(CAI, "more elements"))
@@ -684,6 +697,9 @@ def _register_capsules() -> None:
         ("byte-offset-2**63", dict(byte_offset=2**63), ("'byte_offset'",)),
         ("version-2", dict(version=(2, 0)), ("'version'",)),
         ("version-max", dict(version=(2**32 - 1, 0)), ("'version'",)),
+        ("device-type-99", dict(device=(99, 0)), ("'device'", "99", "DLPack 1.3")),
+        ("device-type-5", dict(device=(5, 0)), ("'device'",)),
+        ("device-type-0", dict(device=(0, 0)), ("'device'",)),
     ]
     for name, fields, words in refused:
         add(g, name, via_capsule(**fields), buffer_error(CAP, *words, after=1), after=deleted)
@@ -1294,10 +1310,392 @@ def _register_torch() -> None:
         needs=["torch"])
 
 
+# -- wrong values: no fallback changes the elements, names are not types, one device rule ---------
+
+class _Typed(bytearray):
+    """A bytearray (untyped bytes 'B') whose __array_interface__ describes it as typestr."""
+
+    def __init__(self, typestr, n=16, **fields) -> None:
+        super().__init__(n)
+        self.__array_interface__ = dict(shape=(n // 8,), typestr=typestr, data=None, version=3,
+                                        **fields)
+
+
+def _typed_subclass_dict(typestr):
+    """_Typed, its interface a dict subclass whose get() lies (the claim reads the storage)."""
+    obj = _Typed(typestr)
+    lying = type("LyingDict", (dict,), {"get": lambda self, key, default=None: (
+        "|u1" if key == "typestr" else dict.get(self, key, default))})
+    obj.__array_interface__ = lying(obj.__array_interface__)
+    return obj
+
+
+class _TypedArray(array.array):
+    """An array.array (a typed buffer) with an __array_interface__ set per instance."""
+
+
+def _typed_array(code, values, **fields):
+    a = _TypedArray(code, values)
+    a.__array_interface__ = dict(shape=(len(values),), data=None, version=3, **fields)
+    return a
+
+
+class _RaisingDLPack(bytearray):
+    def __dlpack__(self, **kwargs):
+        raise BufferError("this producer cannot export its dtype")
+
+
+class _RaisingDLPackArray(array.array):
+    def __dlpack__(self, **kwargs):
+        raise BufferError("this producer cannot export its dtype")
+
+
+class _RaisingInterface(bytearray):
+    @property
+    def __array_interface__(self):
+        raise RuntimeError("no interface today")
+
+
+class _StructAndInterface:
+    """An __array_struct__ typed float64 after an __array_interface__ typed datetime64."""
+
+    def __init__(self) -> None:
+        self.__array_interface__ = ai(typestr=N + "M8")
+        self.__array_struct__ = array_struct().cap
+
+
+def _np_summary(make):
+    def run():
+        np = __import__("numpy")
+        return summary(asdlpack(make(np)))
+    return run
+
+
+def _register_fallback() -> None:
+    """Class 3: after a typed protocol refused, no fallback describes the elements as others."""
+    g = "fallback"
+    mv = "memoryview(obj)"
+    numpy_refused = [
+        ("datetime64-scalar", lambda np: np.datetime64("2020-01-01", "s"), (BUF, "'<M8[s]'", mv)),
+        ("timedelta64-scalar", lambda np: np.timedelta64(5, "s"), (BUF, "'<m8[s]'", mv)),
+        ("datetime64-array", lambda np: np.array(["2020-01-01"], "M8[s]"),
+         (AI, "datetime", "a.view('i8')")),
+        ("timedelta64-array", lambda np: np.arange(3).astype("m8[D]"), (AI, "timedelta")),
+        ("bytes-scalar", lambda np: np.bytes_(b"abc"), (BUF, "'|S3'", mv)),
+        ("str-scalar", lambda np: np.str_("ab"), (AI, "unicode")),
+        ("void-scalar", lambda np: np.zeros(1, [("a", "<i4")])[0], (AI, "'|V4'")),
+        ("structured-array", lambda np: np.zeros(3, [("a", "<i4"), ("b", "<f4")]),
+         (AI, "structured", "a['name']")),
+        ("object-array", lambda np: np.array([1, "x"], object), (AI, "object", "numeric")),
+        ("object-scalar-array", lambda np: np.array(None), (AI, "object")),
+        ("longdouble-scalar", lambda np: np.longdouble(1), (AI, "long double")),
+    ]
+    for name, make, words in numpy_refused:
+        add(g, f"numpy-{name}", _np_summary(make), buffer_error(*words), needs=["numpy"])
+    # the way out: the raw bytes, asked for explicitly
+    add(g, "numpy-datetime64-memoryview",
+        _np_summary(lambda np: memoryview(np.datetime64("2020-01-01", "s"))),
+        Gives([[8], [1], "uint8", True]), needs=["numpy"])
+    add(g, "numpy-datetime64-as-int64",
+        _np_summary(lambda np: np.array(["2020-01-01"], "M8[s]").view("i8")),
+        Gives([[1], [1], "int64", False]), needs=["numpy"])
+    # providers of our own: a refused typestr admits only the same type
+    add(g, "interface-datetime-then-bytes", via_buffer(lambda: _Typed(N + "M8")),
+        buffer_error(AI, BUF, "uint8", "datetime", mv))
+    add(g, "interface-dict-subclass-datetime-then-bytes", via_buffer(lambda: _typed_subclass_dict(
+        N + "M8")), buffer_error(AI, BUF, "uint8", f"'{N}M8'", mv))
+    add(g, "interface-float64-masked-then-bytes",
+        via_buffer(lambda: _Typed(N + "f8", mask=object())),
+        buffer_error(BUF, "uint8", f"'{N}f8'", mv))
+    add(g, "interface-uint8-masked-then-bytes",
+        via_buffer(lambda: _Typed("|u1", n=16, mask=object())),
+        Gives([[16], [1], "uint8", False]))
+    add(g, "interface-datetime-then-float64",
+        via_buffer(lambda: _typed_array("d", [1.0, 2.0], typestr=N + "M8")),
+        buffer_error(BUF, "float64", f"'{N}M8'"))
+    add(g, "interface-int64-masked-then-int64",
+        via_buffer(lambda: _typed_array("q", [1, 2], typestr=N + "i8", mask=object())),
+        Gives([[2], [1], "int64", False]))
+    add(g, "interface-garbage-typestr-then-float64",
+        via_buffer(lambda: _typed_array("d", [1.0], typestr="xyz")), buffer_error(BUF, "'xyz'"))
+    add(g, "interface-datetime-then-struct", lambda: summary(asdlpack(_StructAndInterface())),
+        buffer_error(AS, "float64", f"'{N}M8'"))
+    # a refusal that names no type admits typed protocols, not untyped bytes
+    add(g, "dlpack-raises-then-bytes", via_buffer(lambda: _RaisingDLPack(8)),
+        buffer_error("__dlpack__", BUF, "untyped", mv))
+    add(g, "dlpack-raises-then-float64", via_buffer(lambda: _RaisingDLPackArray("d", [1.0])),
+        Gives([[1], [1], "float64", False]))
+    add(g, "interface-raises-then-bytes", via_buffer(lambda: _RaisingInterface(8)),
+        buffer_error(AI, BUF, "untyped", mv))
+    add(g, "plain-bytearray-subclass", via_buffer(lambda: type("B", (bytearray,), {})(4)),
+        Gives([[4], [1], "uint8", False]))
+
+
+class _NamedDtype:
+    """A look-alike dtype: only its name says bfloat16."""
+
+    name = "bfloat16"
+    type = object
+
+
+def _register_names() -> None:
+    """Class 9: names are not types; widths a format code cannot have are structs."""
+    g = "names"
+    view = ("view", "ml_dtypes")
+    for name, fields, words in [
+        ("bfloat16-u2", [("bfloat16", "<u2")], ("'bfloat16'", *view)),
+        ("bfloat16-V2", [("bfloat16", "V2")], ("'bfloat16'", *view)),
+        ("int4-u1", [("int4", "u1")], ("'int4'", *view)),
+        ("float8-u1", [("float8_e4m3fn", "u1")], ("'float8_e4m3fn'", *view)),
+        ("float8_e5m2-u1", [("float8_e5m2", "u1")], ("'float8_e5m2'", *view)),
+    ]:
+        add(g, f"structured-{name}", _np_summary(lambda np, f=fields: np.zeros(3, f)),
+            buffer_error(AI, *words), needs=["numpy"])
+
+    def look_alike(dtype_of):
+        def run():
+            obj = Iface(ai(typestr="|V2", shape=(8,)))
+            obj.dtype = dtype_of()
+            return summary(asdlpack(obj))
+        return run
+
+    add(g, "look-alike-dtype", look_alike(_NamedDtype), buffer_error(AI, "'|V2'"))
+    add(g, "structured-dtype-object", look_alike(
+        lambda: __import__("numpy").dtype([("bfloat16", "<u2")])), buffer_error(AI, "'|V2'"),
+        needs=["numpy"])
+    add(g, "real-ml-dtype-object", look_alike(
+        lambda: __import__("numpy").dtype(__import__("ml_dtypes").bfloat16)),
+        Gives([[8], [1], "bfloat16", False]), needs=["numpy", "ml_dtypes"])
+
+    def struct_look_alike():
+        obj = array_struct(typekind=b"V", itemsize=2, strides=(2,))
+        obj.dtype = _NamedDtype()
+        return summary(asdlpack(obj))
+
+    add(g, "array-struct-look-alike", struct_look_alike, buffer_error(AS, "'|V2'"))
+    for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "int4"):
+        add(g, f"real-{name}", _np_summary(lambda np, n=name: np.zeros(
+            3, getattr(__import__("ml_dtypes"), n))), Gives([[3], [1], name, False]),
+            needs=["numpy", "ml_dtypes"])
+    # ctypes items whose width is not their format code's: unions, packed structs (all Pythons)
+    union = ("'itemsize'", "union")
+    ctypes_cases = [
+        ("union-4", lambda: _Union4(), union),
+        ("union-8", lambda: _Union8(), union),
+        ("union-array", lambda: (_Union4 * 3)(), union),
+        ("packed-4", lambda: _Packed4(), (("'itemsize'", "struct"),)),
+        ("packed-8", lambda: _Packed8(), (("'itemsize'", "struct"),)),
+        ("packed-8-array", lambda: (_Packed8 * 2)(), (("'itemsize'", "struct"),)),
+    ]
+    for name, make, words in ctypes_cases:
+        add(g, f"ctypes-{name}", lambda make=make: summary(asdlpack(make())),
+            buffer_error(BUF, *words))
+    add(g, "ctypes-union-bytes", lambda: summary(asdlpack(memoryview(_Union8()).cast("B"))),
+        Gives([[8], [1], "uint8", False]))
+    add(g, "ctypes-long-8-bytes", via_buffer(lambda: (ctypes.c_long * 2)()),
+        Gives([[2], [1], f"int{8 * ctypes.sizeof(ctypes.c_long)}", False]))
+    # DLPack types no typestr describes exactly are refused, not mislabelled: the interface is
+    # absent (AttributeError, so numpy.asarray goes on; docs/spec.md §5)
+    for name, fields, words in [
+        ("float128", dict(code=2, bits=128, shape=(2,)), ("float128", "long double")),
+        ("int128", dict(code=0, bits=128, shape=(2,)), ("int128", "'<i16'" if N == "<" else "")),
+        ("uint24", dict(code=1, bits=24, shape=(2,)), ("uint24",)),
+        ("bool16", dict(code=6, bits=16, shape=(2,)), ("code6_16",)),
+    ]:
+        add(g, f"export-{name}", lambda f=fields: asdlpack(dl_capsule(**f)).__array_interface__,
+            Raises(("AttributeError",),
+                   (AI, "exact typestr", "__dlpack__", *[w for w in words if w])))
+    add(g, "export-complex32-opaque",
+        lambda: asdlpack(dl_capsule(code=5, bits=32, shape=(2,))).__array_interface__["descr"],
+        Gives([["complex32", "|V4"]]))
+    add(g, "export-float128-buffer", lambda: memoryview(asdlpack(dl_capsule(code=2, bits=128,
+                                                                            shape=(2,)))),
+        buffer_error(BUF, "float128"))
+
+
+class _Union4(ctypes.Union):
+    _fields_ = [("i", ctypes.c_int32), ("f", ctypes.c_float)]
+
+
+class _Union8(ctypes.Union):
+    _fields_ = [("d", ctypes.c_double), ("i", ctypes.c_int32)]
+
+
+class _Packed4(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int16), ("c", ctypes.c_int8)]
+
+
+class _Packed8(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int32), ("c", ctypes.c_int16),
+                ("d", ctypes.c_int8)]
+
+
+class _StorageTuple(tuple):
+    """A tuple whose methods lie: readers must use its storage, as NumPy does."""
+
+    def __len__(self):
+        return 5
+
+    def __getitem__(self, i):
+        raise RuntimeError("read from storage, not __getitem__")
+
+    def __iter__(self):
+        raise RuntimeError("read from storage, not __iter__")
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise ValueError("no truth value here")
+
+
+def _register_device_ids() -> None:
+    """Class 11: one rule for device ids; dl_device is a tuple or list of two ints."""
+    g = "device_ids"
+
+    def export(dl, **kwargs):
+        from dlpack import todict
+
+        cap = dl.__dlpack__(max_version=(1, 3), **kwargs)
+        KEEP.append(cap)
+        d = todict(cap)
+        return [list(d["device"]), d["data"] == dl.data_ptr, d["flags"] & 2]
+
+    cpu7 = lambda: asdlpack(dl_capsule(device=(1, 7)))      # noqa: E731
+    add(g, "import-cpu-7-is-cpu-0", lambda: list(cpu7().device), Gives([1, 0]))
+    for copy in (None, False, True):
+        add(g, f"cpu-7-to-cpu-0-copy-{copy}", lambda c=copy: export(cpu7(), dl_device=(1, 0),
+                                                                     copy=c),
+            Gives([[1, 0], copy is not True, 2 if copy else 0]))
+        for dev in [(1, 5), (1, -1), (1, 2**31 - 1)]:
+            add(g, f"cpu-{dev[1]}-copy-{copy}",
+                lambda c=copy, d=dev: export(asdlpack(bytearray(8)), dl_device=d, copy=c),
+                buffer_error("__dlpack__", "dl_device", "(1, 0)"))
+    accepted = [("list", [1, 0]), ("namedtuple", collections.namedtuple("Dev", "t i")(1, 0)),
+                ("storage-tuple", _StorageTuple((1, 0))), ("intenum", (_dl_cpu(), 0))]
+    for name, dev in accepted:
+        add(g, f"dl-device-{name}", lambda d=dev: export(asdlpack(bytearray(8)), dl_device=d),
+            Gives([[1, 0], True, 0]))
+    refused = [("dict", {2: 0, 1: 1}), ("dict-cpu", {1: 0, 0: 0}), ("set", {1, 0}),
+               ("three", (1, 0, 0)), ("one-list", [1]), ("bytes", b"\x01\x00"),
+               ("range", range(1, 3)), ("generator", (i for i in (1, 0))),
+               ("bool", (True, 0)), ("float", (1.0, 0)), ("str-items", ("1", "0"))]
+    for name, dev in refused:
+        add(g, f"dl-device-{name}", lambda d=dev: export(asdlpack(bytearray(8)), dl_device=d),
+            type_error("dl_device", "tuple or list"))
+
+
+def _dl_cpu():
+    from dlpack import DLDeviceType
+
+    return DLDeviceType.kDLCPU
+
+
+def _register_values() -> None:
+    """Fields whose refusals named no field (an earlier hostile pass); consistent spellings."""
+    g = "values"
+    for name, typestr in [("4301-digits", N + "f" + "1" * 4301), ("5000-zeros-8", N + "f" +
+                                                                   "0" * 5000 + "8"),
+                          ("4301-digits-V", "|V" + "9" * 4301), ("f01", "|f01"), ("f1", "|f1"),
+                          ("f001", "|f001")]:
+        expect = (Gives([[2], [1], "float64", False]) if name == "5000-zeros-8" else
+                  buffer_error(AI, "'typestr'"))
+        add(g, f"typestr-{name}", via_ai(typestr=typestr), expect)
+
+    def e5m2(typestr):
+        def run():
+            obj = Iface(ai(typestr=typestr, shape=(8,)))
+            obj.dtype = __import__("numpy").dtype(__import__("ml_dtypes").float8_e5m2)
+            return summary(asdlpack(obj))
+        return run
+
+    for typestr in ("|f1", "|f01", "<f001"):
+        add(g, f"typestr-e5m2-{typestr}", e5m2(typestr), Gives([[8], [1], "float8_e5m2", False]),
+            needs=["numpy", "ml_dtypes"])
+    buf = bytearray(16)
+    add(g, "data-flag-bool-raises", via_ai(data=(address(buf), _NoTruth())),
+        buffer_error(AI, "'data'", "truth value", "ValueError"))
+    add(g, "data-namedtuple", lambda: asdlpack(Iface(ai(data=collections.namedtuple(
+        "Data", "address readonly")(address(buf), True)))).readonly, Gives(True))
+    add(g, "data-storage-tuple", lambda: asdlpack(Iface(ai(data=_StorageTuple(
+        (address(buf), False))))).data_ptr == address(buf), Gives(True))
+    add(g, "data-tuple-subclass-three", via_ai(data=type("T", (tuple,), {})((1, 2, 3))),
+        buffer_error(AI, "'data'"))
+
+
+def _register_address() -> None:
+    """dlpack.from_address: the caller's description goes through the readers' checks."""
+    g = "address"
+    buf = bytearray(64)
+
+    def at(address=None, shape=(4,), dtype="float32", **kwargs):
+        from dlpack import from_address
+
+        base = ctypes.addressof(ctypes.c_char.from_buffer(buf)) if address is None else address
+        return lambda: summary(from_address(base, shape, dtype, owner=buf, **kwargs))
+
+    big = 2**62
+    refused = [
+        ("shape-overflow", at(shape=(big, big)), buffer_error("from_address", "'shape'",
+                                                              "overflows")),
+        ("shape-overflow-bytes", at(shape=(2**61,), dtype="float64"),
+         buffer_error("'shape'", "overflows")),
+        ("shape-negative", at(shape=(4, -1)), buffer_error("'shape'", "negative")),
+        ("shape-too-big-int", at(shape=(2**64,)), buffer_error("'shape'", "64 bits")),
+        ("shape-not-int", at(shape=(2.0,)), buffer_error("'shape'", "2.0")),
+        ("shape-not-sequence", at(shape=4), buffer_error("'shape'", "tuple")),
+        ("shape-1025-dims", at(shape=(1,) * 1025), buffer_error("'ndim'", "1025")),
+        ("strides-overflow", at(shape=(2, 2), strides=(big, 1)),
+         buffer_error("from_address", "address space")),
+        ("strides-below-zero", at(address=64, shape=(4,), strides=(-100,)),
+         buffer_error("address space")),
+        ("strides-length", at(shape=(2, 2), strides=(1,)), buffer_error("'strides'", "entries")),
+        ("strides-not-int", at(strides=("1",)), buffer_error("'strides'")),
+        ("null-nonzero", at(address=0, shape=(4,)), buffer_error("'data'", "NULL")),
+        ("address-negative", at(address=-8), buffer_error("address", "outside")),
+        ("address-too-big", at(address=2**64), buffer_error("address", "outside")),
+        ("address-str", at(address="0x10"), type_error("address", "ctypes.addressof")),
+        ("address-bool", at(address=True), type_error("address")),
+        ("address-end-of-space", at(address=2**64 - 8, shape=(4,)),
+         buffer_error("address space")),
+        ("dtype-unknown-name", at(dtype="float128"), buffer_error("dtype", "'float128'",
+                                                                  "'float32'")),
+        ("dtype-typo", at(dtype="flaot32"), buffer_error("dtype", "'flaot32'")),
+        ("dtype-empty", at(dtype=""), buffer_error("dtype")),
+        ("dtype-lanes-zero", at(dtype="float32x0"), buffer_error("dtype")),
+        ("dtype-not-a-type", at(dtype=3.5), type_error("dtype", "3.5")),
+        ("dtype-code-unknown", lambda: at(dtype=__import__("dlpack").DType(99, 8))(),
+         buffer_error("dtype", "code")),
+        ("dtype-zero-bits", lambda: at(dtype=__import__("dlpack").DType(2, 0))(),
+         buffer_error("bits=0")),
+        ("device-unknown", at(device=(99, 0)), buffer_error("device", "DLDeviceType")),
+        ("device-negative-id", at(device=(1, -1)), buffer_error("device", "ordinal")),
+        ("device-not-pair", at(device="cpu"), type_error("device")),
+    ]
+    for name, run, expect in refused:
+        add(g, name, run, expect)
+    add(g, "non-native-numpy-dtype",
+        lambda: at(dtype=__import__("numpy").dtype(SWAP + "f4"))(),
+        buffer_error("dtype", "byte order"), needs=["numpy"])
+    accepted = [
+        ("c-order", at(shape=(2, 2)), [[2, 2], [2, 1], "float32", False]),
+        ("readonly", at(readonly=True), [[4], [1], "float32", True]),
+        ("broadcast", at(shape=(3, 4), strides=(0, 1)), [[3, 4], [0, 1], "float32", False]),
+        ("zero-size-null", at(address=0, shape=(0,)), [[0], [1], "float32", False]),
+        ("null-as-none-zero-size", lambda: summary(__import__("dlpack").from_address(
+            None, (2, 0), "int8", owner=None)), [[2, 0], [1, 1], "int8", False]),
+    ]
+    for name, run, value in accepted:
+        add(g, name, run, Gives(value))
+
+
 for _register in (_register_sizes, _register_sequences, _register_typestr, _register_data,
                   _register_mappings, _register_array_struct, _register_capsules,
                   _register_buffers, _register_api, _register_objects, _register_fake_numpy,
-                  _register_classes, _register_pointers, _register_export, _register_torch):
+                  _register_classes, _register_pointers, _register_export, _register_torch,
+                  _register_fallback, _register_names, _register_device_ids, _register_values,
+                  _register_address):
     _register()
 
 # -- issue 18: alignment, keep-alive, snapshots, deleters, chains, capsule kinds, UB, leaks -------
@@ -1470,21 +1868,22 @@ def _register_snapshots() -> None:
     g = "snapshots"
 
     def struct_hook(mutate):
+        """A bfloat16 struct whose dtype lookup (user code, asked for the type of a 'V' item)
+        rewrites the struct before returning the real ml_dtypes dtype."""
+        np = __import__("numpy")
+        bfloat16 = np.dtype(__import__("ml_dtypes").bfloat16)
         st = array_struct(typekind=b"V", itemsize=2, shape=(3,), strides=(2,))
 
         class Hooked:
             __array_struct__ = st.cap
 
             @property
-            def dtype(self):        # looked up for the name of a 'V' type: user code
+            def dtype(self):
                 mutate(st.s)
-                return type("DT", (), {"name": "bfloat16"})()
+                return bfloat16
 
-        try:
-            dl = asdlpack(Hooked())
-        except BufferError as e:    # a refusal of the 'V' type itself is fine; of the struct not
-            return "refused" if "'shape'" not in str(e) and "'nd'" not in str(e) else str(e)
-        return [list(dl.shape), list(dl.strides)]
+        dl = asdlpack(Hooked())
+        return [list(dl.shape), list(dl.strides), dl.dtype.name]
 
     big = (ctypes.c_ssize_t * 4096)(*([7] * 4096))
     KEEP.append(big)
@@ -1498,11 +1897,29 @@ def _register_snapshots() -> None:
         s.nd = 2
         s.shape = None
 
-    for name, mutate in [("nd-grows", grow), ("shape-nulled", null_shape),
-                         ("two-changed", lambda s: setattr(s, "two", 0))]:
-        add(g, f"array-struct-{name}-in-dtype-lookup",
-            lambda mutate=mutate: (lambda r: r if r == "refused" else r == [[3], [1]])(
-                struct_hook(mutate)), Gives(True))
+    for name, mutate in [("nd-grows", grow), ("shape-nulled", null_shape)]:
+        add(g, f"array-struct-{name}-in-dtype-lookup", lambda mutate=mutate: struct_hook(mutate),
+            Gives([[3], [1], "bfloat16"]), needs=["numpy", "ml_dtypes"])
+
+    def struct_gc(mutate):
+        """The struct rewritten by a collection: on Python 3.11 the one run by the allocation of
+        the DLPackObject (the freelist is empty), which main made after reading the struct."""
+        from dlpack import asdlpack
+        from dlpack._core import _read_array_struct  # the reader itself: nothing else runs
+
+        st = array_struct(shape=(3,), strides=(8,))
+        keep = [asdlpack(bytearray(1)) for _ in range(64)]
+        undo = _gc_hook(lambda: mutate(st.s))
+        try:
+            dl = _read_array_struct(st, st.cap)
+        except BufferError as e:        # read after the change: refused for what it says now
+            return "'shape' is NULL" in str(e)
+        finally:
+            undo()
+            del keep
+        return summary(dl) == [[3], [1], "float64", False]      # read before the change
+
+    add(g, "array-struct-shape-nulled-in-gc", lambda: struct_gc(null_shape), Gives(True))
 
     def todict_hook(mutate):
         from dlpack import todict

@@ -1,7 +1,8 @@
 /* A stand-in for libcuda.so.1, loaded through pydlpack's real loader (dlopen + dlsym) on
- * machines without a GPU: every pointer is device memory of GPU 0, "device" memory is host
- * memory, and each entry point counts its calls. Also used to time pydlpack's own share of a
- * CUDA exchange (benchmarks/cuda_stub.py). */
+ * machines without a GPU: every pointer is device memory of GPU 0, every stream belongs to its
+ * primary context, "device" memory is host memory, copies are immediate, and each entry point
+ * counts its calls. Also used to time pydlpack's own share of a CUDA exchange
+ * (benchmarks/cuda_stub.py). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +10,33 @@
 typedef unsigned long long CUdeviceptr;
 
 int stub_inits, stub_queries, stub_retains, stub_depth, stub_events, stub_records, stub_waits,
-    stub_destroys, stub_syncs, stub_allocs, stub_frees, stub_copies;
+    stub_destroys, stub_syncs, stub_allocs, stub_frees, stub_copies, stub_lookups;
+
+typedef struct {
+    size_t srcXInBytes, srcY; int srcMemoryType; const void *srcHost; CUdeviceptr srcDevice;
+    void *srcArray; size_t srcPitch;
+    size_t dstXInBytes, dstY; int dstMemoryType; void *dstHost; CUdeviceptr dstDevice;
+    void *dstArray; size_t dstPitch;
+    size_t WidthInBytes, Height;
+} Memcpy2D;
+
+#define PRIMARY ((void *)(uintptr_t)0x1000)
 
 int cuInit(unsigned flags) { (void)flags; stub_inits++; return 0; }
 
 int cuGetErrorName(int rc, const char **name) { (void)rc; *name = "CUDA_ERROR_STUB"; return 0; }
 
+int cuCtxGetCurrent(void **ctx) { *ctx = stub_depth > 0 ? PRIMARY : NULL; return 0; }
+
 int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr ptr) {
     (void)ptr;
     stub_queries++;
+    if (stub_depth == 0) return 201;                         /* needs a current context */
     for (unsigned i = 0; i < n; i++) {
         if (attrs[i] == 2) *(unsigned *)values[i] = 2;       /* CU_MEMORYTYPE_DEVICE */
         else if (attrs[i] == 9) *(int *)values[i] = 0;       /* ordinal */
         else if (attrs[i] == 8) *(unsigned *)values[i] = 0;  /* not managed */
+        else if (attrs[i] == 4) *(void **)values[i] = NULL;  /* no host pointer */
         else return 1;
     }
     return 0;
@@ -29,11 +44,27 @@ int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr pt
 
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
 
+int cuDeviceGetAttribute(int *value, int attribute, int dev) {
+    (void)dev;
+    if (attribute != 11) return 1;                           /* CU_DEVICE_ATTRIBUTE_MAX_PITCH */
+    *value = 0x7fffffff;
+    return 0;
+}
+
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     stub_retains++;
     *ctx = (void *)(uintptr_t)(0x1000 + dev);
     return 0;
 }
+
+int cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) {
+    (void)dev;
+    *flags = 0;
+    *active = stub_retains > 0;
+    return 0;
+}
+
+int cuStreamGetCtx(void *stream, void **ctx) { (void)stream; stub_lookups++; *ctx = PRIMARY; return 0; }
 
 int cuCtxPushCurrent_v2(void *ctx) { (void)ctx; stub_depth++; return 0; }
 
@@ -77,5 +108,20 @@ int cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
 int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
     stub_copies++;
     memcpy((void *)(uintptr_t)dst, src, n);
+    return 0;
+}
+
+int cuMemcpy2D_v2(const Memcpy2D *c) {
+    stub_copies++;
+    for (size_t r = 0; r < c->Height; r++)
+        memcpy((char *)c->dstHost + r * c->dstPitch,
+               (const char *)(uintptr_t)c->srcDevice + r * c->srcPitch, c->WidthInBytes);
+    return 0;
+}
+
+int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
+    (void)stream;
+    stub_copies++;
+    memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     return 0;
 }

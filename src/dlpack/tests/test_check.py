@@ -1,13 +1,19 @@
 """`python -m dlpack check` (spec §12): real producers; broken ones flagged by the right rule."""
 
 import json
+import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
+from dlpack import check as check_module
 from dlpack.check import RULES, check
-from dlpack.tests.broken_producers import BrokenExchange, Producer
+from dlpack.tests import broken_producers
+from dlpack.tests.broken_producers import EXPECTED, BrokenExchange, Producer
 from dlpack.tests.helpers import lib
 
 
@@ -38,8 +44,153 @@ def test_broken_producer_flagged_by_its_rule(fault, rule):
 
 def test_exchange_api_exporting_a_refused_object_fails():
     got = verdicts(BrokenExchange)
-    assert got["exchange-api"] == "fail"
-    assert {s for r, s in got.items() if r != "exchange-api"} == {"n/a"}
+    assert got["exchange-api"] == "fail" and got["basic-export"] == "fail"
+    assert {s for r, s in got.items() if r not in ("exchange-api", "basic-export")} == {"n/a"}
+
+
+def run_check(*specs, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dlpack", "check", *specs],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+BROKEN = "dlpack.tests.broken_producers:"
+
+
+@pytest.fixture(scope="module")
+def broken_reports():
+    """Every producer of broken_producers.EXPECTED graded by the CLI once, in JSON."""
+    run = run_check("--json", *[BROKEN + name for name in EXPECTED])
+    assert run.returncode == 1, run.stderr
+    data = json.loads(run.stdout)
+    assert data["exit_status"] == 1
+    return {r["factory"].removeprefix(BROKEN): {x["rule"]: x for x in r["results"]}
+            for r in data["reports"]}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_broken_producer_fails_by_its_rule_without_crashing_the_checker(broken_reports, name):
+    results = broken_reports[name]
+    rule = EXPECTED[name]
+    assert results[rule]["status"] == "fail", results[rule]
+    assert [r for r, x in results.items() if x["status"] == "fail"] == [rule], results
+    if rule == "factory":
+        assert list(results) == ["factory"]
+    else:
+        assert list(results) == RULES
+    if rule == "basic-export":       # nothing else is asked of a producer that cannot export
+        assert {x["status"] for r, x in results.items() if r != rule} == {"n/a"}
+
+
+@pytest.mark.parametrize("name, words", [
+    ("returns_none", ["returned NoneType None", "not a DLPack producer"]),
+    ("returns_42", ["returned int 42", "no __dlpack__"]),
+    ("AlwaysRaises", ["raised RuntimeError: export is not implemented"]),
+    ("ReturnsStr", ["returned str 'dltensor', not a PyCapsule"]),
+    ("WildPointer", ["points at 0x10, which is not readable memory"]),
+    ("SameCapsule", ["the same capsule object twice"]),
+    ("SameStruct", ["hold the same managed tensor", "double free"]),
+    ("NullExchange", ["NULL entry points managed_tensor_allocator", "nothing was called"]),
+    ("BadDevice", ["returned ('cpu', 0): device_type is str 'cpu', not an int"]),
+    ("ReadOnlyBytes", ["READ_ONLY missing", "__array_interface__ data is a bytes object",
+                       "read-only"]),
+    ("CrashOnCopy", ["the producer crashed a consumer: signal 11 (SIGSEGV)",
+                     "broken_producers.py", "in __dlpack__"]),
+    ("WildDeleter", ["the producer crashed a consumer: signal 11", "in destructor"]),
+    ("crashing_factory", ["FACTORY ended the checker's child process: signal 11",
+                          "in crashing_factory"]),
+])
+def test_broken_producer_evidence(broken_reports, name, words):
+    evidence = broken_reports[name][EXPECTED[name]]["evidence"]
+    for word in words:
+        assert word in evidence, evidence
+    for leak in ("PyCapsule_GetName", "invalid literal", "Traceback"):
+        assert leak not in evidence, evidence
+
+
+def test_rules_after_a_crash_are_graded_in_a_new_child(broken_reports):
+    results = broken_reports["CrashOnCopy"]
+    assert results["stream"]["status"] == "n/a" and "stream=None accepted" in \
+        results["stream"]["evidence"]
+    assert results["exchange-api"]["evidence"] == "no __dlpack_c_exchange_api__ on the type"
+    assert all(results[r]["status"] == "pass" for r in RULES[:RULES.index("device-copy")])
+
+
+def test_text_of_a_crash_keeps_every_line():
+    run = run_check(BROKEN + "CrashOnCopy", BROKEN + "Producer",
+                    env=dict(os.environ, COLUMNS="80"))
+    assert run.returncode == 1 and run.stderr == "", run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"python -m dlpack check {BROKEN}CrashOnCopy"
+    assert any(line.startswith("  fail  device-copy ") for line in lines)
+    assert f"python -m dlpack check {BROKEN}Producer" in lines
+    assert lines[-1] == "  every rule passed or does not apply"
+
+
+def test_lines_are_printed_as_decided():
+    """While a rule hangs, the lines of the rules before it are already out."""
+    child = subprocess.Popen([sys.executable, "-m", "dlpack", "check", BROKEN + "Hangs"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True,
+                             env=dict(os.environ, COLUMNS="300"))
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in child.stdout], daemon=True).start()
+    try:
+        seen = []
+        while not seen or not seen[-1].startswith("  pass  byte-offset-alignment"):
+            seen.append(lines.get(timeout=120))
+        assert child.poll() is None, seen          # device-copy is still running
+        assert [x.split()[1] for x in seen[1:]] == RULES[:RULES.index("device-copy")]
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)       # the checker and its child
+        child.wait()
+
+
+def test_a_rule_that_hangs_fails_and_the_rest_resume(monkeypatch):
+    monkeypatch.setattr(check_module, "TIMEOUT", 10)
+    results = {r.rule: r for r in check_module.check_isolated(BROKEN + "Hangs")}
+    assert results["device-copy"].status == "fail"
+    assert "did not finish" in results["device-copy"].evidence
+    assert results["stream"].status == "n/a" and results["basic-export"].status == "pass"
+
+
+def test_in_process_verdicts_and_messages():
+    """check() in this process gives the CLI's verdicts for producers that do not crash."""
+    for factory, rule in [(broken_producers.returns_42, "basic-export"),
+                          (broken_producers.ReturnsStr, "basic-export"),
+                          (broken_producers.BadDevice, "device-copy"),
+                          (broken_producers.ReadOnlyBytes, "flags"),
+                          (broken_producers.NullExchange, "exchange-api")]:
+        got = verdicts(factory)
+        assert [r for r, s in got.items() if s == "fail"] == [rule], (factory, got)
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_text_fits_the_terminal(columns):
+    run = run_check(BROKEN + "BrokenExchange", BROKEN + "Producer",
+                    env=dict(os.environ, COLUMNS=str(columns)))
+    lines = run.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert not [line for line in lines if line != line.rstrip()]
+    column = lines[1].index("__dlpack__")              # where the evidence starts
+    for line in lines:
+        if line.startswith(" " * 8):                   # continuation: under the evidence
+            assert len(line) - len(line.lstrip()) == column, line
+    if columns > 100:
+        assert max(len(line) for line in lines) > 100      # the width is used, not fixed
+
+
+def test_json_usage_error_is_json():
+    run = run_check("--json")
+    assert run.returncode == 2 and "usage:" in run.stderr
+    data = json.loads(run.stdout)
+    assert data["exit_status"] == 2 and "MODULE:FACTORY" in data["error"]
+
+
+def test_help_lists_the_rules():
+    run = run_check("--help", env=dict(os.environ, COLUMNS="80"))
+    assert run.returncode == 0
+    for name in RULES:
+        assert name in run.stdout
+    assert max(len(line) for line in run.stdout.splitlines()) <= 80
 
 
 def test_numpy_and_pydlpack():

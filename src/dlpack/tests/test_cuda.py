@@ -1,5 +1,5 @@
-"""CUDA without a GPU (spec §3.4, §4 stream, §5, §10): a fake driver, installed where libcuda's
-entry points go, checks the exact driver calls."""
+"""CUDA without a GPU (spec §3.4, §4 stream, §5, §10): a fake driver as strict as libcuda,
+installed where libcuda's entry points go, checks the exact driver calls."""
 
 import ctypes
 
@@ -9,33 +9,44 @@ import dlpack.ctypes as dlc
 from dlpack import DLDeviceType, _core, asdlpack, todict
 from dlpack.tests.fake_cuda import (
     CU_MEMORYTYPE_HOST,
-    DEVICE_PTR,
     EVENT,
-    HOST_PTR,
     LEAVE,
-    MANAGED_PTR,
     enter,
+    query,
     synchronize,
     wait,
 )
 from dlpack.tests.helpers import c_library, run_clean
 
+NOWHERE = 0x7000_0000_0000      # an address the driver does not know
+
 
 class CAI:
-    def __init__(self, ptr=DEVICE_PTR, stream=None, version=3, readonly=False, **extra):
+    def __init__(self, ptr, stream=None, version=3, readonly=False, **extra):
         self.__cuda_array_interface__ = dict(
             shape=(2, 3), typestr="<f4", data=(ptr, readonly), strides=None, version=version,
             **({"stream": stream} if version >= 3 else {}), **extra)
 
 
+def floats(fake, values=range(6), device=1, stream=7):
+    """Device memory on GPU device holding float32 values, and the stream (made if new) its
+    producer's work is on."""
+    if stream not in (None, 1, 2) and stream not in fake.streams:
+        fake.stream(stream, device=device)
+    return fake.device_array((ctypes.c_float * len(values))(*values), device=device)
+
+
 def test_cai_in_device_from_pointer(fake):
-    dl = asdlpack(CAI())
+    ptr = floats(fake)
+    dl = asdlpack(CAI(ptr))
     assert dl.device == (DLDeviceType.kDLCUDA, 1)
     assert dl.__dlpack_device__() == (DLDeviceType.kDLCUDA, 1)
-    assert fake.calls == [("cuPointerGetAttributes", DEVICE_PTR)]
-    assert asdlpack(CAI(MANAGED_PTR)).device == (DLDeviceType.kDLCUDAManaged, 0)
-    assert asdlpack(CAI(HOST_PTR)).device == (DLDeviceType.kDLCUDAHost, 0)
-    assert asdlpack(CAI(version=2)).dtype == "float32"
+    assert fake.calls == query(ptr)       # the main thread has no context: GPU 0's is borrowed
+    managed = fake.managed((ctypes.c_float * 6)())
+    assert asdlpack(CAI(managed)).device == (DLDeviceType.kDLCUDAManaged, 0)
+    pinned = fake.pinned((ctypes.c_float * 6)())
+    assert asdlpack(CAI(pinned)).device == (DLDeviceType.kDLCUDAHost, 0)
+    assert asdlpack(CAI(ptr, version=2)).dtype == "float32"
 
 
 def test_cai_zero_size_null_pointer(fake):
@@ -56,7 +67,8 @@ def test_cai_zero_size_null_pointer(fake):
     (7, []),
 ])
 def test_stream_cases_driver_calls(fake, consumer, expected):
-    dl = asdlpack(CAI(stream=7))
+    fake.stream(0xABC, device=1)
+    dl = asdlpack(CAI(floats(fake), stream=7))
     fake.calls.clear()
     capsule = dl.__dlpack__(stream=consumer, max_version=(1, 0))
     assert fake.calls == expected
@@ -64,37 +76,37 @@ def test_stream_cases_driver_calls(fake, consumer, expected):
 
 
 def test_stream_zero_rejected_both_ways(fake):
-    dl = asdlpack(CAI(stream=7))
+    ptr = floats(fake)
+    dl = asdlpack(CAI(ptr, stream=7))
     with pytest.raises(BufferError, match="stream = 0"):
         dl.__dlpack__(stream=0)
     with pytest.raises(BufferError, match="'stream' = 0"):
-        asdlpack(CAI(stream=0))
+        asdlpack(CAI(ptr, stream=0))
     with pytest.raises(BufferError, match="stream"):
         dl.__dlpack__(stream="fast")
     for bad in (-2, 2**64):
         with pytest.raises(BufferError, match="not a CUDA stream handle"):
             dl.__dlpack__(stream=bad)
         with pytest.raises(BufferError, match="not a CUDA stream handle"):
-            asdlpack(CAI(stream=bad))
+            asdlpack(CAI(ptr, stream=bad))
 
 
 def test_no_producer_stream_means_no_sync(fake):
-    dl = asdlpack(CAI(stream=None))
+    dl = asdlpack(CAI(floats(fake), stream=None))
     fake.calls.clear()
     dl.__dlpack__(stream=5, max_version=(1, 0))
     assert fake.calls == []
 
 
 def test_cai_out_and_cpu_protocols_absent(fake):
-    dl = asdlpack(CAI(stream=7, readonly=True))
+    ptr = floats(fake)
+    dl = asdlpack(CAI(ptr, stream=7, readonly=True))
     cai = dl.__cuda_array_interface__
-    assert cai["data"] == (DEVICE_PTR, True) and cai["stream"] == 7 and cai["version"] == 3
+    assert cai["data"] == (ptr, True) and cai["stream"] == 7 and cai["version"] == 3
     assert cai["shape"] == (2, 3) and cai["typestr"] == "<f4" and cai["strides"] is None
     assert not hasattr(dl, "__array_interface__")
     with pytest.raises(BufferError, match="kDLCUDA:1"):
         memoryview(dl)
-    with pytest.raises(BufferError, match="dl_device"):
-        dl.__dlpack__(max_version=(1, 0), copy=True)      # an in-place device copy: refused
     with pytest.raises(BufferError, match="between GPUs"):
         dl.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
     with pytest.raises(BufferError, match="copy=False"):
@@ -109,6 +121,7 @@ def test_host_copy_of_pinned_memory_synchronises_first(fake):
     pinned.__cuda_array_interface__["shape"] = (6,)
 
     fake.attributes[ctypes.addressof(host)] = (CU_MEMORYTYPE_HOST, -1, False)
+    fake.stream(7, device=0)
     dl = asdlpack(pinned)
     assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
     fake.calls.clear()
@@ -120,9 +133,10 @@ def test_host_copy_of_pinned_memory_synchronises_first(fake):
 
 def test_cai_mask_and_bad_fields(fake):
     with pytest.raises(BufferError, match="mask"):
-        asdlpack(CAI(mask=object()))
+        asdlpack(CAI(NOWHERE, mask=object()))
     with pytest.raises(BufferError, match="version"):
-        asdlpack(CAI(version=1))
+        asdlpack(CAI(NOWHERE, version=1))
+    assert fake.calls == []
 
 
 def _cuda_capsule():
@@ -130,7 +144,7 @@ def _cuda_capsule():
     shape = (ctypes.c_int64 * 1)(4)
     m = dlc.DLManagedTensorVersioned()
     m.version.major = 1
-    m.dl_tensor.data = DEVICE_PTR
+    m.dl_tensor.data = NOWHERE
     m.dl_tensor.device = dlc.DLDevice(2, 0)
     m.dl_tensor.ndim = 1
     m.dl_tensor.dtype = dlc.DLDataType(2, 32, 1)
@@ -168,6 +182,7 @@ def test_dlpack_cuda_provider_gets_the_consumers_stream(fake):
     dl.__dlpack__(stream=-1, max_version=(1, 0))
     assert p.streams == [None, 42]
     assert dl.__cuda_array_interface__["stream"] == 1
+    assert p.streams == [None, 42, 1]          # asked again, for the legacy default stream
     assert fake.calls == []
 
 
@@ -195,7 +210,7 @@ def test_missing_driver_is_a_clear_error():
         _core._cuda_driver(None, path="libcuda-not-here.so.1")
         with pytest.raises(_core.CudaError,
                            match=r"CUDA driver: libcuda-not-here\.so\.1 cannot be loaded"):
-            asdlpack(CAI())
+            asdlpack(CAI(NOWHERE))
         assert _core._cuda_state() == "unloaded"
     finally:
         _core._cuda_driver(None)
@@ -211,12 +226,11 @@ def test_cpu_work_never_loads_the_driver():
 
 
 def _device_array(fake, values, shape, strides=None, stream=7):
-    """A CAI object over host memory the fake driver reports as device memory."""
-    mem = (ctypes.c_float * len(values))(*values)
-    fake.memory[ctypes.addressof(mem)] = mem
-    obj = CAI(ctypes.addressof(mem), stream=stream)
+    """A CAI object over device memory of GPU 1, whose producer's work is on stream."""
+    ptr = floats(fake, values, stream=stream)
+    obj = CAI(ptr, stream=stream)
     obj.__cuda_array_interface__.update(shape=shape, strides=strides)
-    return obj, ctypes.addressof(mem)
+    return obj, ptr
 
 
 def test_device_to_host_copy_is_ordered_owned_and_flagged(fake):
@@ -226,28 +240,32 @@ def test_device_to_host_copy_is_ordered_owned_and_flagged(fake):
     fake.calls.clear()
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     info = todict(capsule)
-    assert fake.calls == synchronize(1, 7) + enter(1) + [("cuMemcpyDtoH", ptr, 24)] + LEAVE
+    assert fake.calls == [*synchronize(1, 7), *enter(1, True), ("cuMemcpyDtoH", ptr, 24), *LEAVE]
     assert info["device"] == (DLDeviceType.kDLCPU, 0) and info["flags"] & 2     # IS_COPIED
     assert info["data"] != ptr and info["strides"] == (3, 1)
     assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
     assert np.from_dlpack(dl, device="cpu").tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
-def test_device_to_host_copy_of_strided_data_gathers_the_span(fake):
+def test_device_to_host_copy_of_strided_data_copies_the_elements(fake):
     obj, ptr = _device_array(fake, range(12), (3, 2), strides=(4, -8))
     obj.__cuda_array_interface__["data"] = (ptr + 8, False)     # element [i, j] at 8 + 4i - 8j
     dl = asdlpack(obj)
     fake.calls.clear()
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
-    # elements at byte offsets 8 + 4*i - 8*j from ptr: i in 0..2, j in 0..1 -> span [0, 20)
-    assert fake.calls == synchronize(1, 7) + enter(1) + [("cuMemcpyDtoH", ptr, 20)] + LEAVE
+    # rows of 3 elements (i) at 4-byte steps, one row per j, lowest first; they overlap (an
+    # 8-byte pitch under 12-byte rows), so each is its own copy
+    assert fake.calls == [*synchronize(1, 7), *enter(1, True),
+                          ("cuDeviceGetAttribute", 11, 1), ("cuMemcpy2D", ptr, 12, 1, 12),
+                          ("cuMemcpy2D", ptr + 8, 12, 1, 12), *LEAVE]
     got = list((ctypes.c_float * 6).from_address(info["data"]))
     assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
 
 
 def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     b = bytes(range(8))
+    fake.stream(5, device=1)
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
     info = todict(capsule)
     ptr = info["data"]
@@ -255,9 +273,12 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
                           *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE,
                           *wait(1, 1, 5, first=False)]     # stream 5 waits for the copy
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
-    assert ctypes.string_at(ptr, 8) == b
+    assert fake.read(ptr, 8) != b                # staged: it lands on the legacy stream later,
+    fake.synchronize(5)                          # before stream 5's next work
+    assert fake.read(ptr, 8) == b
     del capsule                                  # never consumed: the destructor frees it
-    assert fake.calls[-3:] == [*enter(1), ("cuMemFree", ptr), *LEAVE] and not fake.memory
+    assert fake.calls[-4:] == [*enter(1), ("cuMemFree", ptr), *LEAVE]
+    assert not fake.allocated()
 
 
 def test_host_to_device_copy_of_strided_data(fake):
@@ -266,7 +287,7 @@ def test_host_to_device_copy_of_strided_data(fake):
     capsule = asdlpack(a).__dlpack__(max_version=(1, 0), dl_device=(2, 0))
     info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
     assert info["strides"] == (4, 1) and fake.calls[3] == ("cuMemAlloc", 16)
-    got = np.frombuffer(ctypes.string_at(info["data"], 16), np.int16).reshape(2, 4)
+    got = np.frombuffer(fake.read(info["data"], 16), np.int16).reshape(2, 4)
     assert got.tolist() == a.tolist()
 
 
@@ -294,7 +315,7 @@ def test_exchange_api_cuda_work_stream_and_ordering(fake):
     from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(
         ctypes.POINTER(dlc.DLManagedTensorVersioned)))(
         ctypes.c_void_p.from_address(base + 16 + ctypes.sizeof(ctypes.c_void_p)).value)
-    dl = asdlpack(CAI(stream=7))
+    dl = asdlpack(CAI(floats(fake), stream=7))
     fake.calls.clear()
     m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
     assert from_py(dl, ctypes.byref(m)) == 0
@@ -303,16 +324,17 @@ def test_exchange_api_cuda_work_stream_and_ordering(fake):
 
 
 def test_primary_context_retained_once_per_device(fake):
-    dl = asdlpack(CAI(stream=7))
+    dl = asdlpack(CAI(floats(fake), stream=7))
     fake.calls.clear()
-    dl.__dlpack__(stream=5, max_version=(1, 0))
-    dl.__dlpack__(stream=6, max_version=(1, 0))
-    assert fake.calls == wait(1, 7, 5) + wait(1, 7, 6, first=False)
+    dl.__dlpack__(stream=1, max_version=(1, 0))
+    dl.__dlpack__(stream=2, max_version=(1, 0))
+    assert fake.calls == wait(1, 7, 1) + wait(1, 7, 2, first=False)
     assert fake.current == []                       # every push was popped
 
 
 def test_a_failing_driver_call_names_itself_and_cleans_up(fake):
-    dl = asdlpack(CAI(stream=7))
+    fake.stream(5, device=1)
+    dl = asdlpack(CAI(floats(fake), stream=7))
     fake.calls.clear()
     fake.fail["cuEventRecord"] = 700
     with pytest.raises(_core.CudaError, match=r"cuEventRecord failed with "
@@ -334,31 +356,35 @@ def test_failed_device_allocation_leaves_nothing(fake):
     with pytest.raises(BufferError, match=r"cuMemAlloc\(4\) failed with CUDA_ERROR_OUT_OF_MEMORY"):
         asdlpack(b"abcd").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
     assert fake.calls == [*enter(0, True), ("cuMemAlloc", "failed"), *LEAVE]
-    assert fake.current == [] and not fake.memory
+    assert fake.current == [] and not fake.allocated()
 
 
 def test_device_copy_of_managed_memory_waits_for_its_producer(fake):
     data = (ctypes.c_float * 4)(1, 2, 3, 4)
-    fake.attributes[ctypes.addressof(data)] = (2, 0, True)         # managed, GPU 0
-    obj = CAI(ctypes.addressof(data), stream=9)
+    fake.stream(9)
+    obj = CAI(fake.managed(data), stream=9)                     # managed, GPU 0
     obj.__cuda_array_interface__["shape"] = (4,)
     dl = asdlpack(obj)
     assert dl.device == (DLDeviceType.kDLCUDAManaged, 0)
+    fake.kernel(9, ctypes.addressof(data), (ctypes.c_float * 4)(5, 6, 7, 8))   # pending work
     fake.calls.clear()
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(2, 0), stream=1)
     info = todict(capsule)          # the capsule owns the device copy: kept while it is read
-    assert fake.calls[:5] == synchronize(0, 9)       # read on the host once the GPU is done
-    assert list((ctypes.c_float * 4).from_address(info["data"])) == [1, 2, 3, 4]
+    assert fake.calls[:4] == synchronize(0, 9)       # read on the host once the GPU is done
+    fake.synchronize(1, device=0)
+    assert list((ctypes.c_float * 4).from_buffer_copy(fake.read(info["data"], 16))) == [
+        5, 6, 7, 8]
 
 
 def test_device_ids_beyond_the_table_are_refused(fake):
     data = (ctypes.c_float * 4)(1, 2, 3, 4)
     fake.attributes[ctypes.addressof(data)] = (2, 4096, False)
+    fake.stream(9)
     obj = CAI(ctypes.addressof(data), stream=9)
     dl = asdlpack(obj)
     assert dl.device == (DLDeviceType.kDLCUDA, 4096)
     with pytest.raises(BufferError, match="device 4096 is out of range"):
-        dl.__dlpack__(stream=5, max_version=(1, 0))
+        dl.__dlpack__(stream=1, max_version=(1, 0))
     with pytest.raises(BufferError, match="device 4096 is out of range"):
         asdlpack(b"ab").__dlpack__(max_version=(1, 0), dl_device=(2, 4096))
 
@@ -386,10 +412,22 @@ def test_the_loader_resolves_a_driver_library(tmp_path):
         assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
         del host
         device = asdlpack(b"stub!").__dlpack__(max_version=(1, 0), dl_device=(2, 0))
-        assert ctypes.string_at(todict(device)["data"], 5) == b"stub!"
-        assert count("allocs") == 1 and count("frees") == 0
+        assert ctypes.string_at(todict(device)["data"], 5) == b"stub!"   # stub "device" memory
+        assert count("allocs") == 1 and count("frees") == 0              # is host memory
         del device
         assert count("frees") == 1 and count("depth") == 0 and count("retains") == 1
+        column = CAI(ctypes.addressof(data) + 4, stream=7, readonly=True)   # 2-D copies
+        column.__cuda_array_interface__.update(shape=(3,), strides=(8,))
+        dl = asdlpack(column)
+        host = todict(dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0)))
+        assert list((ctypes.c_float * 3).from_address(host["data"])) == [1, 3, 5]
+        assert count("copies") == 3                          # one cuMemcpy2D of three rows
+        capsule = dl.__dlpack__()                           # read-only, legacy: a device copy
+        private = todict(capsule)
+        assert count("allocs") == 2 and count("copies") == 4
+        assert list((ctypes.c_float * 5).from_address(private["data"]))[::2] == [1, 3, 5]
+        del capsule
+        assert count("frees") == 2 and count("lookups") == 5 and count("depth") == 0
     finally:
         _core._cuda_driver(None)
 
@@ -398,7 +436,7 @@ def test_a_library_without_the_entry_points_is_refused():
     try:
         _core._cuda_driver(None, path="libc.so.6")
         with pytest.raises(_core.CudaError, match=r"libc\.so\.6 has no cuInit"):
-            asdlpack(CAI())
+            asdlpack(CAI(NOWHERE))
         assert _core._cuda_state() == "unloaded"
     finally:
         _core._cuda_driver(None)

@@ -1,20 +1,116 @@
-"""Real-GPU exchanges among PyTorch CUDA, CuPy and Numba; skipped cleanly without a GPU."""
+"""Real-GPU exchanges among PyTorch CUDA, CuPy, Numba and JAX; skipped cleanly without a GPU.
 
+Ordering is checked deterministically: the producer's stream is held shut by
+``cuStreamWaitValue32`` on a host flag, so its work cannot run before the test opens the flag,
+after the consumer was queued (or, for host readers, from another thread once the reader
+blocks, which it can only do with the GIL released).
+"""
+
+import ctypes
+import functools
 import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
 
 import pytest
 
-from dlpack import DLDeviceType, asdlpack
+from dlpack import DLDeviceType, asdlpack, todict
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU on this machine", allow_module_level=True)
 
+CUDA, CUDA_HOST, CUDA_MANAGED = (DLDeviceType.kDLCUDA, DLDeviceType.kDLCUDAHost,
+                                 DLDeviceType.kDLCUDAManaged)
+_cu = ctypes.CDLL("libcuda.so.1")
+
+
+def _entry(*names):
+    for name in names:
+        fn = getattr(_cu, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            return fn
+    raise AttributeError(names[0])
+
+
+def _check(rc, what):
+    if rc == 801:                       # CUDA_ERROR_NOT_SUPPORTED
+        pytest.skip(f"{what} is not supported on this GPU or driver")
+    assert rc == 0, f"{what} failed with CUDA error {rc}"
+
+
+class Gate:
+    """A host flag that holds streams shut (cuStreamWaitValue32 >= 1) until ``open``: pinned,
+    portable and device-mapped, so a stream of any context can wait on it."""
+
+    def __init__(self):
+        torch.zeros(1, device="cuda")           # torch's context is current on this thread
+        alloc = _entry("cuMemHostAlloc")
+        alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+        device_pointer = _entry("cuMemHostGetDevicePointer_v2")
+        device_pointer.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p,
+                                   ctypes.c_uint]
+        host, device = ctypes.c_void_p(), ctypes.c_uint64()
+        _check(alloc(ctypes.byref(host), 4, 3), "cuMemHostAlloc")     # PORTABLE | DEVICEMAP
+        _check(device_pointer(ctypes.byref(device), host, 0), "cuMemHostGetDevicePointer")
+        self.flag = ctypes.c_int32.from_address(host.value)
+        self.flag.value = 0
+        self.device_address = device.value
+        free = _entry("cuMemFreeHost")
+        free.argtypes = [ctypes.c_void_p]
+        weakref.finalize(self, free, host.value)
+        self._wait = _entry("cuStreamWaitValue32_v2", "cuStreamWaitValue32")
+        self._wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+
+    def hold(self, stream):
+        """stream (a torch stream or a CUstream handle) waits for the flag from here on."""
+        handle = getattr(stream, "cuda_stream", stream)
+        _check(self._wait(handle, self.device_address, 1, 0), "cuStreamWaitValue32")  # GEQ
+
+    def open(self):
+        self.flag.value = 1
+
+
+def _side(gate):
+    """A side stream held shut by gate, for the producer's work."""
+    side = torch.cuda.Stream()
+    gate.hold(side)
+    return side
+
+
+class _CAIView:
+    """Speaks only the CUDA array interface, reporting the stream its data is on."""
+
+    def __init__(self, t, stream):
+        self.t = t
+        cai = dict(t.__cuda_array_interface__)
+        cai["stream"] = getattr(stream, "cuda_stream", stream)
+        self.__cuda_array_interface__ = cai
+
+
+def _cai(ptr, n, stream, readonly=False):
+    return type("CAIOnly", (), {"__cuda_array_interface__": {
+        "shape": (n,), "typestr": "<f4", "data": (ptr, readonly), "version": 3,
+        "stream": getattr(stream, "cuda_stream", stream)}})()
+
+
+def _run_clean(code, timeout=120):
+    """code in a fresh interpreter (a GIL-holding hang there fails the test, not the suite)."""
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+# -- the main thread, in order ------------------------------------------------------------------
 
 def test_torch_cuda_round_trip_same_memory():
     t = torch.arange(1000, device="cuda", dtype=torch.float32)
     dl = asdlpack(t)
-    assert dl.device == (DLDeviceType.kDLCUDA, t.device.index or 0)
+    assert dl.device == (CUDA, t.device.index or 0)
     back = torch.from_dlpack(dl)
     assert back.data_ptr() == t.data_ptr() and torch.equal(back, t)
     cai = dl.__cuda_array_interface__
@@ -23,24 +119,60 @@ def test_torch_cuda_round_trip_same_memory():
 
 
 def test_side_stream_work_is_waited_for():
-    side = torch.cuda.Stream()
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
     with torch.cuda.stream(side):
-        t = torch.empty(1 << 22, device="cuda")
-        torch.cuda._sleep(50_000_000)
+        t.fill_(3.0)                            # queued behind the closed gate
+    total = torch.from_dlpack(asdlpack(_CAIView(t, side))).sum()   # default stream: an event
+    gate.open()
+    assert total.item() == 3.0 * t.numel()
+
+
+def test_torch_side_stream_is_ordered_through_its_exchange_api():
+    cupy = pytest.importorskip("cupy")
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
         t.fill_(3.0)
-        dl = asdlpack(_CAIView(t, side))
-    out = torch.from_dlpack(dl)
-    assert float(out.sum()) == 3.0 * (1 << 22)
+        dl = asdlpack(t)
+        assert dl.__cuda_array_interface__["stream"] == side.cuda_stream
+    total = cupy.from_dlpack(dl).sum()      # CuPy's stream waits for torch's side stream
+    gate.open()
+    assert float(total) == 3.0 * t.numel()
+    assert dl.__cuda_array_interface__["stream"] is None   # torch's default stream: none named
 
 
-class _CAIView:
-    """Speaks only the CUDA array interface, reporting the side stream its data is on."""
+def test_per_thread_default_stream_consumer_of_a_side_stream_tensor():
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        t.fill_(5.0)
+        capsule = asdlpack(t).__dlpack__(max_version=(1, 0), stream=2)
+    y = torch.from_dlpack(capsule)
+    total = y.sum()
+    gate.open()
+    assert y.data_ptr() == t.data_ptr() and total.item() == 5.0 * t.numel()
 
-    def __init__(self, t, stream):
-        self.t = t
-        cai = dict(t.__cuda_array_interface__)
-        cai["stream"] = stream.cuda_stream
-        self.__cuda_array_interface__ = cai
+
+def test_cupy_per_thread_default_stream():
+    cupy = pytest.importorskip("cupy")
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        t.fill_(7.0)
+        dl = asdlpack(t)
+    with cupy.cuda.Stream.ptds:                 # CuPy passes stream=2 to __dlpack__
+        total = cupy.from_dlpack(dl).sum()
+    gate.open()
+    assert float(total) == 7.0 * t.numel()
 
 
 def test_cupy_and_numba_consumers():
@@ -55,12 +187,53 @@ def test_cupy_and_numba_consumers():
     assert x.is_cuda and x.tolist() == list(range(16))
 
 
+def test_cupy_array_interface_names_its_current_stream():
+    cupy = pytest.importorskip("cupy")
+    a = cupy.arange(8, dtype=cupy.float32)
+    dl = asdlpack(a)
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        assert dl.__cuda_array_interface__["stream"] == s.ptr
+    assert dl.__cuda_array_interface__["stream"] in (None, 1)
+
+
+def test_numba_consumer_waits_for_the_reported_side_stream():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        t.fill_(2.0)
+        arr = numba_cuda.as_cuda_array(asdlpack(t))
+    assert arr.__cuda_array_interface__["data"][0] == t.data_ptr()
+    gate.open()
+    assert float(arr.copy_to_host().sum()) == 2.0 * t.numel()
+
+
 def test_device_ordinal_of_second_gpu():
     if torch.cuda.device_count() < 2:
         pytest.skip("one GPU only")
     t = torch.ones(4, device="cuda:1")
     view = _CAIView(t, torch.cuda.current_stream(1))
-    assert asdlpack(view).device == (DLDeviceType.kDLCUDA, 1)
+    assert asdlpack(view).device == (CUDA, 1)
+
+
+def test_torch_tensor_off_the_current_device_is_refused_as_torch_refuses_it():
+    """torch's __dlpack__ refuses a tensor off the current device; its exchange API (the fast
+    path) does not: pydlpack refuses as torch does, at import (the CUDA array interface, next in
+    the protocol order, then serves) and at each export of a tensor taken through the API."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU only")
+    t = torch.ones(4, device="cuda:0")
+    taken = asdlpack(t)                          # on its own device: torch's exchange API
+    with torch.cuda.device(1):
+        with pytest.raises(BufferError, match="different CUDA device"):
+            t.__dlpack__()
+        with pytest.raises(BufferError, match="different CUDA device"):
+            taken.__dlpack__(max_version=(1, 0))
+        through_cai = asdlpack(t)                # __dlpack__ refused; the CAI has no such rule
+        assert todict(through_cai.__dlpack__(max_version=(1, 0)))["data"] == t.data_ptr()
+    assert todict(taken.__dlpack__(max_version=(1, 0)))["data"] == t.data_ptr()
 
 
 def test_no_leak_on_gpu():
@@ -72,17 +245,187 @@ def test_no_leak_on_gpu():
     assert torch.cuda.memory_allocated() == before
 
 
+# -- host copies and host readers ---------------------------------------------------------------
+
 def test_device_to_host_copies_for_dlpack_and_cai_only_providers():
     np = pytest.importorskip("numpy")
     t = torch.arange(12, device="cuda", dtype=torch.float32).reshape(3, 4)
     for provider in (t, _CAIView(t, torch.cuda.current_stream())):
         host = np.from_dlpack(asdlpack(provider), device="cpu")
         assert host.tolist() == t.cpu().tolist()
-    strided = t[:, ::-2]
-    host = np.from_dlpack(asdlpack(_CAIView(strided, torch.cuda.current_stream())),
-                          device="cpu")
-    assert host.tolist() == strided.cpu().tolist()
+    for strided in (t[:, ::-2], t.T, t[::2, 1:3]):
+        host = np.from_dlpack(asdlpack(_CAIView(strided, torch.cuda.current_stream())),
+                              device="cpu")
+        assert host.tolist() == strided.cpu().tolist()
 
+
+def test_a_column_of_a_large_tensor_copies_the_column():
+    np = pytest.importorskip("numpy")
+    big = torch.arange(4096 * 4096, device="cuda", dtype=torch.float32).reshape(4096, 4096)
+    column = big[:, 7]
+    host = np.from_dlpack(asdlpack(_CAIView(column, torch.cuda.current_stream())),
+                          device="cpu")
+    assert host.tolist() == column.cpu().tolist()
+
+
+def _reader_opens_the_gate(gate, read):
+    """read() on the host while the producer is held: a thread opens the gate once the reader
+    is about to wait (it can only run if the reader released the GIL)."""
+    about = threading.Event()
+    opener = threading.Thread(target=lambda: (about.wait(60), gate.open()))
+    opener.start()
+    about.set()
+    try:
+        return read()
+    finally:
+        gate.open()
+        opener.join(60)
+
+
+def test_pinned_host_data_is_read_after_its_producer():
+    np = pytest.importorskip("numpy")
+    gate = Gate()
+    side = _side(gate)
+    pinned = torch.zeros(1 << 16, dtype=torch.float32, pin_memory=True)
+    source = torch.full((1 << 16,), 4.0, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        pinned.copy_(source, non_blocking=True)     # lands only once the gate opens
+    dl = asdlpack(_cai(pinned.data_ptr(), pinned.numel(), side))
+    assert dl.device[0] == CUDA_HOST
+    host = _reader_opens_the_gate(gate, lambda: np.from_dlpack(dl))    # no stream: synchronised
+    assert float(host.sum()) == 4.0 * pinned.numel()
+
+
+def test_managed_data_is_read_after_its_producer():
+    np = pytest.importorskip("numpy")
+    alloc = _entry("cuMemAllocManaged")
+    alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint]
+    memset = _entry("cuMemsetD32Async")
+    memset.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+    free = _entry("cuMemFree_v2")
+    free.argtypes = [ctypes.c_uint64]
+    torch.zeros(1, device="cuda")               # torch's context is current on this thread
+    n = 1 << 16
+    ptr = ctypes.c_uint64()
+    _check(alloc(ctypes.byref(ptr), 4 * n, 1), "cuMemAllocManaged")     # CU_MEM_ATTACH_GLOBAL
+    try:
+        gate = Gate()
+        side = _side(gate)
+        _check(memset(ptr.value, 0x40400000, n, side.cuda_stream), "cuMemsetD32Async")  # 3.0
+        dl = asdlpack(_cai(ptr.value, n, side))
+        assert dl.device[0] == CUDA_MANAGED
+        host = _reader_opens_the_gate(gate, functools.partial(np.from_dlpack, dl))
+        assert float(host.sum()) == 3.0 * n
+        del host, dl
+    finally:
+        torch.cuda.synchronize()
+        free(ptr.value)
+
+
+# -- threads, contexts, GIL ---------------------------------------------------------------------
+
+def test_threads_without_a_context():
+    np = pytest.importorskip("numpy")
+    t = torch.arange(64, device="cuda", dtype=torch.float32)
+    view = _CAIView(t, torch.cuda.current_stream())
+    out = {}
+
+    def work():             # a new thread: no CUDA context is current on it
+        try:
+            dl = asdlpack(view)
+            out["device"] = dl.device
+            out["host"] = np.from_dlpack(dl, device="cpu").tolist()
+        except BaseException as e:
+            out["error"] = e
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(60)
+    assert "error" not in out, out.get("error")
+    assert out["device"] == (CUDA, t.device.index or 0) and out["host"] == list(range(64))
+
+
+def test_a_stream_of_another_context():
+    """A stream of a context made with cuCtxCreate (PyCUDA does so): the event lives there."""
+    create = _entry("cuCtxCreate_v2")
+    create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
+    destroy = _entry("cuCtxDestroy_v2")
+    destroy.argtypes = [ctypes.c_void_p]
+    pop = _entry("cuCtxPopCurrent_v2")
+    pop.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    push = _entry("cuCtxPushCurrent_v2")
+    push.argtypes = [ctypes.c_void_p]
+    new_stream = _entry("cuStreamCreate")
+    new_stream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+    alloc = _entry("cuMemAlloc_v2")
+    alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    memset = _entry("cuMemsetD32Async")
+    memset.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+    free = _entry("cuMemFree_v2")
+    free.argtypes = [ctypes.c_uint64]
+    sync = _entry("cuCtxSynchronize")
+    torch.zeros(1, device="cuda")
+    n = 1 << 16
+    context, stream, ptr = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+    _check(create(ctypes.byref(context), 0, torch.cuda.current_device()), "cuCtxCreate")
+    try:
+        _check(new_stream(ctypes.byref(stream), 1), "cuStreamCreate")    # non-blocking
+        _check(alloc(ctypes.byref(ptr), 4 * n), "cuMemAlloc")
+        gate = Gate()
+        gate.hold(stream.value)
+        _check(memset(ptr.value, 0x40A00000, n, stream.value), "cuMemsetD32Async")  # 5.0
+        pop(ctypes.byref(ctypes.c_void_p()))         # the thread's context is torch's again
+        dl = asdlpack(_cai(ptr.value, n, stream.value))
+        total = torch.from_dlpack(dl).sum()          # torch's stream waits for the other one
+        gate.open()
+        assert total.item() == 5.0 * n
+        del dl
+        torch.cuda.synchronize()
+        push(context)
+        sync()
+        free(ptr.value)
+    finally:
+        destroy(context)
+
+
+def test_device_copies_freed_on_other_threads_under_load():
+    """cuMemFree waits for the device; freed from another library's thread while the device
+    waits on a host flag that Python opens, it must not hold the GIL (a subprocess: a hang
+    there fails this test instead of freezing the suite)."""
+    _run_clean("""
+        import ctypes, threading
+        import torch
+        from dlpack import asdlpack
+        from dlpack.tests.test_cuda_gpu import Gate
+
+        gate = Gate()
+        side = torch.cuda.Stream()
+        gate.hold(side)
+        busy = torch.zeros(1 << 20, device="cuda")
+        with torch.cuda.stream(side):
+            busy.fill_(1.0)                              # the device is busy until the gate opens
+        copies = [torch.from_dlpack(asdlpack(bytes(range(256)) * 64).__dlpack__(
+            dl_device=(2, 0), max_version=(1, 0))) for _ in range(32)]
+        done = []
+
+        def drop():                                      # another library frees them
+            copies.clear()
+            done.append(True)
+
+        opener = threading.Timer(0.5, gate.open)         # Python code the device waits on
+        opener.start()
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        dropper.join(30)
+        opener.join(30)
+        assert done and not dropper.is_alive()
+        torch.cuda.synchronize()
+        assert float(busy.sum()) == busy.numel()
+    """)
+
+
+# -- copies between host and device --------------------------------------------------------------
 
 def test_host_to_device_copy_and_per_thread_stream():
     b = bytes(range(16))
@@ -94,47 +437,39 @@ def test_host_to_device_copy_and_per_thread_stream():
     assert y.data_ptr() == t.data_ptr()
 
 
-def _side_stream_tensor(value, n=1 << 22):
-    """A tensor filled on a side stream after a long sleep there: stale unless waited for."""
-    t = torch.zeros(n, device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda._sleep(50_000_000)
-    t.fill_(value)
-    return t
-
-
-def test_torch_side_stream_is_ordered_through_its_exchange_api():
-    cupy = pytest.importorskip("cupy")
+def test_host_to_device_copy_read_on_torchs_side_stream():
+    """torch passes dl_device without a stream and reads on its current (non-blocking) stream:
+    the copy has landed when __dlpack__ returns."""
+    np = pytest.importorskip("numpy")
+    data = np.arange(1 << 20, dtype=np.float32)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        t = _side_stream_tensor(3.0)
-        dl = asdlpack(t)
-        assert dl.__cuda_array_interface__["stream"] == side.cuda_stream
-        c = cupy.from_dlpack(dl)        # CuPy's stream waits for torch's side stream (an event)
-        assert float(c.sum()) == 3.0 * t.numel()
-        host = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))   # synchronised first
-        assert torch.from_dlpack(host).sum().item() == 3.0 * t.numel()
-    # on torch's default stream its own CAI names no stream: nor does ours
-    assert dl.__cuda_array_interface__["stream"] is None
+        x = torch.utils.dlpack.from_dlpack(asdlpack(data).__dlpack__(
+            dl_device=(2, torch.cuda.current_device()), max_version=(1, 0)))
+        total = x.sum()
+    side.synchronize()
+    assert total.item() == float(data.sum())
 
 
-def test_numba_consumer_waits_for_the_reported_side_stream():
-    numba_cuda = pytest.importorskip("numba.cuda")
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        t = _side_stream_tensor(2.0, 1 << 20)
-        arr = numba_cuda.as_cuda_array(asdlpack(t))
-    assert arr.__cuda_array_interface__["data"][0] == t.data_ptr()
-    assert float(arr.copy_to_host().sum()) == 2.0 * t.numel()
+def test_read_only_cuda_data_for_a_legacy_consumer_is_a_device_copy():
+    t = torch.arange(32, device="cuda", dtype=torch.float32)
+    dl = asdlpack(_cai(t.data_ptr(), 32, torch.cuda.current_stream(), readonly=True))
+    capsule = dl.__dlpack__()                       # no max_version: legacy
+    info = todict(capsule)
+    assert info["device"] == (CUDA, t.device.index or 0) and info["data"] != t.data_ptr()
+    y = torch.utils.dlpack.from_dlpack(capsule)
+    assert torch.equal(y, t)
+    y.fill_(0)                                      # the private copy: the source is intact
+    assert t.sum().item() == sum(range(32))
 
 
-def test_per_thread_default_stream_consumer_of_a_side_stream_tensor():
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        t = _side_stream_tensor(5.0)
-        capsule = asdlpack(t).__dlpack__(max_version=(1, 0), stream=2)
-    y = torch.from_dlpack(capsule)
-    assert y.data_ptr() == t.data_ptr() and y.sum().item() == 5.0 * t.numel()
+# -- JAX on GPU ---------------------------------------------------------------------------------
+
+def _jax_gpu():
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    return jax
 
 
 def test_cupy_and_jax_host_copies():
@@ -143,9 +478,22 @@ def test_cupy_and_jax_host_copies():
     c = cupy.arange(10, dtype=cupy.float32)[::-3]
     back = np.from_dlpack(asdlpack(c), device="cpu")
     assert back.tolist() == c.get().tolist()
-    jax = pytest.importorskip("jax")
-    if not any(d.platform == "gpu" for d in jax.devices()):
-        pytest.skip("JAX sees no GPU")
+    jax = _jax_gpu()
     j = jax.numpy.arange(6, dtype=jax.numpy.float32)
     assert np.from_dlpack(asdlpack(j), device="cpu").tolist() == list(range(6))
     assert torch.from_dlpack(asdlpack(j)).cpu().tolist() == list(range(6))
+
+
+def test_jax_gpu_round_trips():
+    """JAX calls __dlpack__ without max_version: its read-only arrays come back as a private
+    copy on the GPU, torch's writable tensors as the same memory."""
+    jax = _jax_gpu()
+    j = jax.numpy.arange(1024, dtype=jax.numpy.float32) * 2
+    dl = asdlpack(j)
+    assert dl.device[0] == CUDA
+    back = jax.dlpack.from_dlpack(dl)
+    assert back.devices() == j.devices() and bool((back == j).all())
+    t = torch.arange(1024, device="cuda", dtype=torch.float32)
+    k = jax.dlpack.from_dlpack(asdlpack(t))
+    assert float(k.sum()) == float(t.sum()) and k.unsafe_buffer_pointer() == t.data_ptr()
+    assert torch.from_dlpack(asdlpack(k)).data_ptr() == t.data_ptr()

@@ -13,24 +13,26 @@ import pytest
 import dlpack.ctypes as dlc
 from dlpack import DLPackObject, _core, asdlpack, todict
 from dlpack.tests import fake_cuda
-from dlpack.tests.fake_cuda import CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, DEVICE_PTR, ctx
+from dlpack.tests.fake_cuda import CU_MEMORYTYPE_DEVICE, ctx
+
+NOWHERE = 0x7000_0000_0000      # an address the driver does not know
 
 
 class CAI:
-    def __init__(self, ptr=DEVICE_PTR, stream=None, shape=(2, 3), strides=None,
-                 typestr="<f4"):
+    def __init__(self, ptr, stream=None, shape=(2, 3), strides=None, typestr="<f4"):
         self.__cuda_array_interface__ = dict(shape=shape, typestr=typestr, data=(ptr, False),
                                              strides=strides, version=3, stream=stream)
 
 
-def _host_backed(fake, n=6, attributes=None):
-    """Host memory the fake reports as device memory (or as attributes says)."""
-    mem = (ctypes.c_float * n)(*range(n))
-    ptr = ctypes.addressof(mem)
-    fake.memory[ptr] = mem           # kept alive by the fake; removed again by the caller
-    if attributes is not None:
-        fake.attributes[ptr] = attributes
-    return mem, ptr
+def _memory(fake, n=6, kind="device", stream=7, device=0):
+    """n float32 values (0, 1, ...) in memory of the given kind on a GPU, and the stream (made
+    if new) its producer's work is on."""
+    if stream is not None and stream not in fake.streams:
+        fake.stream(stream, device=device)
+    values = (ctypes.c_float * n)(*range(n))
+    if kind == "device":
+        return fake.device_array(values, device=device)
+    return getattr(fake, kind)(values, device=device)
 
 
 # -- device ordinals the driver reports ------------------------------------------------------
@@ -52,10 +54,11 @@ def test_negative_device_ordinal_is_not_a_device(fake, managed, ordinal):
 
 
 def test_unknown_memory_type_names_the_field(fake):
-    fake.attributes[0x3000] = (0, -2, False)        # what libcuda says of a non-CUDA pointer
     with pytest.raises(BufferError, match=r"__cuda_array_interface__: field 'data': pointer "
-                                          r"0x3000 has CUDA memory type 0"):
-        asdlpack(CAI(0x3000))
+                                          r"0x700000000000 has CUDA memory type 0"):
+        asdlpack(CAI(NOWHERE))                      # libcuda does not know it: type 0
+    with pytest.raises(BufferError, match="memory type 0"):
+        asdlpack(CAI(fake.device_array(bytes(256)) + 256))  # one past the end: the same
     fake.attributes[0x3000] = (3, 0, False)         # CU_MEMORYTYPE_ARRAY
     with pytest.raises(BufferError, match="memory type 3"):
         asdlpack(CAI(0x3000))
@@ -72,14 +75,15 @@ def test_null_data_for_a_non_empty_cai_is_refused_before_the_driver(fake):
 @pytest.mark.parametrize("stream", [True, False, 1.0, "7", -1, -2, 2**64])
 def test_cai_stream_field_bad_values(fake, stream):
     with pytest.raises(BufferError, match=r"__cuda_array_interface__: field 'stream'"):
-        asdlpack(CAI(stream=stream))
-    assert fake.current == []
+        asdlpack(CAI(NOWHERE, stream=stream))
+    assert fake.current == [] and fake.calls == []
 
 
 @pytest.mark.parametrize("stream", [2**64 - 1, 2**63, 3])
 def test_extreme_but_valid_stream_handles_round_trip(fake, stream):
-    dl = asdlpack(CAI(stream=stream))
+    dl = asdlpack(CAI(_memory(fake, stream=stream), stream=stream))
     assert dl.__cuda_array_interface__["stream"] == stream
+    fake.stream(5)
     fake.calls.clear()
     dl.__dlpack__(stream=5, max_version=(1, 0))
     assert ("cuEventRecord", fake_cuda.EVENT, stream) in fake.calls
@@ -92,14 +96,12 @@ def test_host_copy_validates_the_stream_argument(fake, stream):
     at: True, 1.5, 'x', 0 (disallowed for CUDA), -5 and 2**70 all give a host copy, while the
     same values are refused without dl_device and on a device copy. Expected: the same
     BufferError/TypeError naming __dlpack__ and the stream."""
-    _mem, ptr = _host_backed(fake)
-    dl = asdlpack(CAI(ptr, stream=7))
+    dl = asdlpack(CAI(_memory(fake), stream=7))
     with pytest.raises((BufferError, TypeError), match="stream"):
         dl.__dlpack__(stream=stream, dl_device=(1, 0), max_version=(1, 0))
     with pytest.raises((BufferError, TypeError), match="stream"):      # already refused here
         asdlpack(b"abcd").__dlpack__(stream=stream, dl_device=(2, 0), max_version=(1, 0))
-    del fake.memory[ptr]
-    assert fake.current == [] and not fake.memory
+    assert fake.current == [] and not fake.allocated()
 
 
 # -- stream ordering ---------------------------------------------------------------------------
@@ -111,6 +113,7 @@ def test_device_copy_is_ordered_before_the_consumers_stream(fake):
     driver API, API synchronization behavior), and a non-blocking consumer stream does not wait
     for the legacy stream. Expected: after the copy, an event on stream 1 that 0xABC waits for
     (or a synchronize of stream 1)."""
+    fake.stream(0xABC, nonblocking=True)
     capsule = asdlpack(b"abcdefgh").__dlpack__(max_version=(1, 0), dl_device=(2, 0),
                                                stream=0xABC)
     copy_at = [c[0] for c in fake.calls].index("cuMemcpyHtoD")
@@ -119,46 +122,49 @@ def test_device_copy_is_ordered_before_the_consumers_stream(fake):
         ("cuEventRecord", fake_cuda.EVENT, 1) in after
         and ("cuStreamWaitEvent", 0xABC, fake_cuda.EVENT, 0) in after)
     assert ordered, fake.calls
+    seen = fake.consume(0xABC, todict(capsule)["data"], 8)
+    fake.synchronize(0xABC)
+    assert seen.value == b"abcdefgh"            # the consumer's stream reads the copy, landed
     del capsule
-    assert not fake.memory and fake.current == []
+    assert not fake.allocated() and fake.current == []
 
 
-@pytest.mark.parametrize("attributes", [(CU_MEMORYTYPE_HOST, 0, False),
-                                        (CU_MEMORYTYPE_DEVICE, 0, True)],
-                         ids=["pinned", "managed"])
+@pytest.mark.parametrize("kind", ["pinned", "managed"])
 @pytest.mark.parametrize("read", ["memoryview", "bytes", "array_interface", "numpy"])
-def test_host_reads_of_pinned_or_managed_data_wait_for_the_producer(fake, attributes, read):
+def test_host_reads_of_pinned_or_managed_data_wait_for_the_producer(fake, kind, read):
     """FINDING: pinned and managed CAI data with a producer stream (7) is handed to host
     readers (buffer protocol, __array_interface__, np.asarray) with no driver call at all,
     while a host copy (__dlpack__ dl_device=CPU) and pickle both synchronise stream 7 first
     (spec 3.4: work on that stream must complete before a consumer reads). Expected: the
     same cuStreamSynchronize(7) before the host sees the pointer."""
     np = pytest.importorskip("numpy")
-    _mem, ptr = _host_backed(fake, attributes=attributes)
+    ptr = _memory(fake, kind=kind)
     dl = asdlpack(CAI(ptr, stream=7))
+    fake.kernel(7, ptr, (ctypes.c_float * 6)(*range(10, 16)))      # the producer's pending work
     fake.calls.clear()
     if read == "memoryview":
-        assert memoryview(dl).tolist() == [[0, 1, 2], [3, 4, 5]]
+        assert memoryview(dl).tolist() == [[10, 11, 12], [13, 14, 15]]
     elif read == "bytes":
-        assert len(bytes(dl)) == 24
+        assert bytes(dl) == bytes((ctypes.c_float * 6)(*range(10, 16)))
     elif read == "array_interface":
         assert dl.__array_interface__["data"][0] == ptr
+        assert list((ctypes.c_float * 6).from_address(ptr)) == list(range(10, 16))
     else:
-        assert np.asarray(dl).sum() == 15
+        assert np.asarray(dl).sum() == sum(range(10, 16))
     assert ("cuStreamSynchronize", 7) in fake.calls, fake.calls
-    del fake.memory[ptr]
     assert fake.current == []
 
 
 def test_pickle_of_pinned_data_waits_for_the_producer(fake):
     import pickle
 
-    _mem, ptr = _host_backed(fake, attributes=(CU_MEMORYTYPE_HOST, 0, False))
+    ptr = _memory(fake, kind="pinned")
     dl = asdlpack(CAI(ptr, stream=7))
+    fake.kernel(7, ptr, (ctypes.c_float * 6)(*range(10, 16)))
     fake.calls.clear()
-    assert pickle.loads(pickle.dumps(dl, protocol=5)).shape == (2, 3)
+    back = pickle.loads(pickle.dumps(dl, protocol=5))
+    assert memoryview(back).tolist() == [[10, 11, 12], [13, 14, 15]]
     assert ("cuStreamSynchronize", 7) in fake.calls
-    del fake.memory[ptr]
 
 
 # -- dl_device values --------------------------------------------------------------------------
@@ -170,19 +176,26 @@ def test_dl_device_of_floats_or_bools_is_a_type_error(fake, dl_device):
     with pytest.raises(TypeError, match="dl_device"):
         asdlpack(b"abcd").__dlpack__(max_version=(1, 0), dl_device=dl_device)
     gc.collect()
-    assert fake.current == [] and not fake.memory
+    assert fake.current == [] and not fake.allocated()
 
 
 # -- every entry point failing in turn ---------------------------------------------------------
 
-_ENTRY_POINTS = ["cuPointerGetAttributes", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
-                 "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
-                 "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc", "cuMemcpyDtoH",
-                 "cuMemcpyHtoD"]
+_ENTRY_POINTS = ["cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
+                 "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState",
+                 "cuCtxPushCurrent", "cuStreamGetCtx", "cuEventCreate", "cuEventRecord",
+                 "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
+                 "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuMemcpyDtoDAsync"]
 
 
 def _scenarios(ptr, pinned):
     np = pytest.importorskip("numpy")
+
+    def readonly(**kwargs):
+        obj = CAI(ptr, 7)
+        obj.__cuda_array_interface__["data"] = (ptr, True)
+        return asdlpack(obj).__dlpack__(**kwargs)
+
     return {
         "cai import": lambda: asdlpack(CAI(ptr, 7)),
         "cai export": lambda: asdlpack(CAI(ptr, 7)).__cuda_array_interface__,
@@ -203,6 +216,12 @@ def _scenarios(ptr, pinned):
             dl_device=(2, 0), max_version=(1, 0)),
         "device copy of pinned": lambda: asdlpack(CAI(pinned, 7)).__dlpack__(
             dl_device=(2, 0), max_version=(1, 0)),
+        "private device copy": lambda: readonly(stream=5),
+        "private device copy, stream -1": lambda: readonly(stream=-1),
+        "device copy=True": lambda: asdlpack(CAI(ptr, 7)).__dlpack__(copy=True,
+                                                                    max_version=(1, 0)),
+        "host copy twice": lambda: [asdlpack(CAI(ptr, 7)).__dlpack__(
+            dl_device=(1, 0), max_version=(1, 0)) for _ in range(2)],
     }
 
 
@@ -211,25 +230,27 @@ def test_each_entry_point_failing_leaves_nothing_behind(fake, entry):
     """Every scenario, with one entry point failing (as libcuda fails: no effect), raises
     CudaError naming that call or succeeds, with no context left pushed and no device memory
     left allocated once results are dropped."""
-    mem = (ctypes.c_float * 12)(*range(12))
     host = (ctypes.c_float * 12)(*range(12))
-    ptr, pinned = ctypes.addressof(mem), ctypes.addressof(host)
-    for name, run in _scenarios(ptr, pinned).items():
+    for name in _scenarios(0, 0):
         driver = fake_cuda.install()
-        driver.attributes[pinned] = (CU_MEMORYTYPE_HOST, 0, False)
+        ptr = driver.device_array((ctypes.c_float * 12)(*range(12)))
+        pinned = driver.pinned(host)
+        driver.stream(7)
+        driver.stream(5)
         if entry:
             driver.fail[entry] = 2
         try:
-            result = run()
+            result = _scenarios(ptr, pinned)[name]()
         except _core.CudaError as e:
             assert entry and entry in str(e), (name, str(e))
         else:
             del result
         gc.collect()
-        assert driver.current == [], (name, driver.calls)
-        assert not driver.memory, (name, driver.calls)
-        assert not [c for c in driver.calls if c[1:2] in (("raised",), ("no context",))], (
-            name, driver.calls)
+        assert driver.stacks_empty(), (name, driver.calls)
+        assert not driver.allocated(), (name, driver.calls)
+        assert not [c for c in driver.calls if c[1:2] in (("raised",), ("no context",),
+                                                          ("error",))], (name, driver.calls)
+        assert driver.touched() == [] and driver.gil_held == [], name
 
 
 def test_exchange_api_driver_failure_is_an_error_not_a_tensor(fake):
@@ -244,7 +265,7 @@ def test_exchange_api_driver_failure_is_an_error_not_a_tensor(fake):
         ctypes.c_void_p.from_address(base + 16 + size).value)
     as_dltensor = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(
         dlc.DLTensor))(ctypes.c_void_p.from_address(base + 16 + 3 * size).value)
-    dl = asdlpack(CAI(stream=7))
+    dl = asdlpack(CAI(_memory(fake, device=1), stream=7))
     for entry in ("cuDeviceGet", "cuCtxPushCurrent", "cuEventRecord", "cuStreamWaitEvent"):
         strict.fail = {entry: 700}
         m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
@@ -294,7 +315,7 @@ def test_libraries_that_are_not_a_cuda_driver(fake):
             _core._cuda_driver(None, path=path)
             for _ in range(2):                         # a failed load is retried, not cached
                 with pytest.raises(_core.CudaError, match=message):
-                    asdlpack(CAI())
+                    asdlpack(CAI(NOWHERE))
                 assert _core._cuda_state() == "unloaded"
             with pytest.raises(_core.CudaError, match=message):
                 asdlpack(b"ab").__dlpack__(dl_device=(2, 0), max_version=(1, 0))
@@ -306,8 +327,8 @@ def test_libraries_that_are_not_a_cuda_driver(fake):
 
 def test_threads_exporting_concurrently(fake):
     np = pytest.importorskip("numpy")
-    mem = (ctypes.c_float * 6)(*range(6))
-    ptr = ctypes.addressof(mem)
+    ptr = _memory(fake)
+    fake.stream(5)
     errors = []
 
     def work(i):
@@ -317,8 +338,10 @@ def test_threads_exporting_concurrently(fake):
                 assert a.ravel().tolist() == list(range(6))
                 capsule = asdlpack(np.arange(4, dtype=np.int32) + k).__dlpack__(
                     dl_device=(2, i % 3), max_version=(1, 0), stream=5)
-                got = list((ctypes.c_int32 * 4).from_address(todict(capsule)["data"]))
-                assert got == [k, k + 1, k + 2, k + 3]
+                seen = fake.consume(5, todict(capsule)["data"], 16)
+                fake.synchronize(5)
+                assert list((ctypes.c_int32 * 4).from_buffer_copy(seen.value)) == [
+                    k, k + 1, k + 2, k + 3]
                 del capsule
         except Exception as e:                      # reported below
             errors.append(repr(e))
@@ -329,7 +352,7 @@ def test_threads_exporting_concurrently(fake):
     for t in threads:
         t.join()
     gc.collect()
-    assert errors == [] and fake.current == [] and not fake.memory
+    assert errors == [] and fake.stacks_empty() and not fake.allocated()
     retained = [c for c in fake.calls if c[0] == "cuDevicePrimaryCtxRetain"]
     assert sorted(retained) == [("cuDevicePrimaryCtxRetain", d) for d in range(3)]
     assert ("cuCtxPushCurrent", ctx(5)) not in fake.calls
@@ -342,9 +365,9 @@ def test_device_copy_consumed_and_re_exported_frees_once(fake):
     again = first.__dlpack__(max_version=(1, 0))
     del first
     gc.collect()
-    assert len(fake.memory) == 1
+    assert len(fake.allocated()) == 1
     host = asdlpack(again).__dlpack__(dl_device=(1, 0), max_version=(1, 0))
     assert ctypes.string_at(todict(host)["data"], 8) == b"abcdefgh"
     del again, host
     gc.collect()
-    assert not fake.memory and fake.current == []
+    assert not fake.allocated() and fake.current == []

@@ -82,6 +82,7 @@ def test_allocator(api):
     a = np.from_dlpack(dl)
     a[:] = 1.5
     assert a.shape == (3, 4) and a.sum() == 18.0 and a.flags.c_contiguous
+    assert dl.data_ptr % 256 == 0
     proto.device = dlc.DLDevice(2, 0)
     assert api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(P_MTV()), None,
                                         set_error) == -1

@@ -180,3 +180,18 @@ def test_copy_of_strided_tensor_beyond_64_dimensions():
     assert info["strides"][-2:] == (2, 1) and info["data"] != ctypes.addressof(data)
     copied = (ctypes.c_float * 4).from_address(info["data"])
     assert list(copied) == [0, 2, 1, 3]
+
+
+def test_copies_start_on_256_byte_boundaries():
+    """Buffers pydlpack allocates are 256-byte aligned; TensorFlow's kernels abort on data that
+    is not 64-byte aligned, and a private copy for a legacy consumer used to be 16-aligned."""
+    for n in range(1, 40):
+        dl = asdlpack(bytes(n))
+        for capsule in (dl.__dlpack__(), dl.__dlpack__(max_version=(1, 0), copy=True)):
+            assert todict(capsule)["data"] % 256 == 0
+    lib("tensorflow")
+    run_clean("import tensorflow as tf\n"
+              "from dlpack import asdlpack\n"
+              "for n in range(1, 40):\n"
+              "    t = tf.experimental.dlpack.from_dlpack(asdlpack(bytes(range(n))).__dlpack__())\n"
+              "    assert bool(tf.reduce_all(t == tf.constant(list(range(n)), tf.uint8)))\n")

@@ -55,17 +55,40 @@ def test_header_and_pairs(result):
     assert result["schema"] == "pydlpack-matrix/1" and result["exit_status"] == 0
 
 
-def test_renderers_fit_and_never_cut(result):
-    text = matrix.render_text(result)
-    assert "numpy" in text and "zero-copy" in text and "torch has no read-only tensors" in text
-    assert max(len(line) for line in text.splitlines()) <= 100
-    reasons = {c["reason"] for c in result["cells"] if c["reason"]}
-    flat = " ".join(text.split())
-    assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
-    grid = matrix.render_text(result, grid=True)
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_renderers_fit_and_never_cut(result, width):
+    for grid in (False, True):
+        text = matrix.render_text(result, grid, width)
+        lines = text.splitlines()
+        long = [line for line in lines if len(line) > width and len(line.split()) > 1]
+        assert not long, (grid, width)                 # only a single word may be longer
+        assert not [line for line in lines if line != line.rstrip()]
+        flat = " ".join(text.split())
+        assert "zero-copy" in flat and "torch has no read-only tensors" in flat
+        reasons = {c["reason"] for c in result["cells"] if c["reason"]}
+        assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
+    grid = matrix.render_text(result, True, width)
     assert "numpy → torch" in grid and "bfloat16" in grid
+    if width == 200:                  # one block: each row once, every column on it
+        assert grid.count("numpy → torch") == 1
+        summary = matrix.render_text(result, False, width).splitlines()
+        row = next(line for line in summary if line.startswith("numpy (3) "))
+        assert len(row.split()) == 2 + 2 * len(result["consumers"])
+
+
+def test_grid_shows_only_dtypes_with_a_cell():
+    lib("numpy")
+    run = matrix.build(providers=["bytes"], consumers=["numpy"])
+    assert run["dtypes"] == matrix.DTYPES
+    grid = matrix.render_text(run, grid=True, width=200)
+    head = next(line for line in grid.splitlines() if line.startswith("provider → consumer"))
+    assert head.split()[3:] == ["uint8"]
+    assert matrix.render_markdown(run, grid=True).count("| uint8 |") == 1
+
+
+def test_markdown(result):
     md = matrix.render_markdown(result)
-    assert "| numpy |" in md and "|---|" in md
+    assert "| numpy (3) |" in md and "|---|" in md
     assert matrix.render_markdown(result, grid=True).count("| numpy → torch |") == 1
 
 
@@ -87,15 +110,130 @@ def test_unreadable_result_is_unverified_not_wrong(monkeypatch):
     assert "opaque" in run["cells"][0]["reason"] and run["exit_status"] == 0
 
 
-def test_cuda_without_gpu_is_one_line():
+def test_cuda_without_gpu_exits_3_with_the_reason():
     try:
         matrix.cuda_info()
     except matrix.NoCuda:
         run = run_cli("--device", "cuda")
-        assert run.returncode == 0 and len(run.stdout.splitlines()) == 1
-        assert "no CUDA device" in run.stdout
+        assert run.returncode == 3 and run.stdout == ""
+        assert "no CUDA device here" in run.stderr and len(run.stderr.splitlines()) == 1
+        run = run_cli("--device", "cuda", "--json")
+        assert run.returncode == 3
+        data = json.loads(run.stdout)
+        assert data["exit_status"] == 3 and "no CUDA device here" in data["error"]
+        assert data["schema"] == "pydlpack-matrix/1" and data["cells"] == []
+        assert data["header"]["device"] == "cuda"
     else:
         pytest.skip("a GPU is here")
+
+
+def test_cuda_json_without_a_driver(monkeypatch, capsys):
+    """The same wherever a GPU is: the driver is what the run asks, so make it unloadable."""
+    def no_driver():
+        raise matrix.NoCuda("the CUDA driver (libcuda.so.1) cannot be loaded: test")
+
+    monkeypatch.setattr(matrix, "cuda_info", no_driver)
+    assert matrix.main(["--device", "cuda", "--json"]) == 3
+    out = capsys.readouterr()
+    assert json.loads(out.out)["error"].startswith("--device cuda: no CUDA device here")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--provider", "bytes", "--dtype", "float32"], ["bytes: uint8"]),
+    (["--provider", "cupy"], ["providers here: bytes, bytearray"]),
+    (["--consumer", "cupy"], ["consumers here: numpy"]),
+])
+def test_filters_that_select_nothing_exit_2_with_the_names(args, words, capsys):
+    lib("numpy")
+    assert matrix.main(args) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "the filters select nothing that can run here" in out.err
+    for word in words:
+        assert word in out.err, out.err
+    assert matrix.main(["--json", *args]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_status"] == 2 and data["cells"] == []
+    assert all(word in data["error"] for word in words)
+
+
+def test_nothing_installed_for_the_device_exits_2(monkeypatch, capsys):
+    """A GPU but no CUDA library: nothing ran, so a CI job asking for CUDA must not pass."""
+    monkeypatch.setattr(matrix, "cuda_info", lambda: {"driver": "12.4", "gpus": ["test"]})
+    monkeypatch.setitem(matrix.PROVIDERS, "cupy", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix.PROVIDERS, "numba", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix.PROVIDERS, "torch.cuda", ("no_such_module_here", None, "cuda"))
+    assert matrix.main(["--device", "cuda", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["error"].startswith("nothing installed can run with --device cuda")
+    assert data["header"]["cuda"]["gpus"] == ["test"]
+
+
+def test_json_usage_error_is_json():
+    run = run_cli("--json", "--dtype", "float128")
+    assert run.returncode == 2 and "unknown --dtype" in run.stderr
+    data = json.loads(run.stdout)
+    assert data["exit_status"] == 2 and "float128" in data["error"]
+
+
+def test_help_lists_names_statuses_and_check():
+    run = run_cli("--help", env=dict(os.environ, COLUMNS="80"))
+    assert run.returncode == 0
+    text = run.stdout
+    for name in [*matrix.PROVIDERS, *matrix.CONSUMERS, *matrix.STATUSES, *matrix.DTYPES]:
+        assert name in text, name
+    assert "python -m dlpack check MODULE:FACTORY" in text and "exit status" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_cli_fits_the_terminal(columns):
+    lib("numpy")
+    run = run_cli("--provider", "bytes,numpy", "--consumer", "numpy,numpy.asarray,memoryview",
+                  env=dict(os.environ, COLUMNS=str(columns)))
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0 and max(len(line) for line in lines) <= columns
+    assert not [line for line in lines if line != line.rstrip()]
+    if columns > 100:                 # the terminal's width is used, not a fixed one
+        assert max(len(line) for line in lines) > 100
+
+
+def test_same_machine_same_cells():
+    """Where NumPy and the stdlib put small arrays decides whether JAX shares them; the
+    providers place their data, so two runs agree, and the cells say what they depend on."""
+    lib("jax")
+    lib("numpy")
+    providers = ["bytearray", "array.array", "ctypes", "numpy"]
+    first, second = (matrix.build(providers=providers, consumers=["jax"]) for _ in range(2))
+    assert first["cells"] == second["cells"]
+    c = cells(first)
+    for dtype in matrix.DTYPES:
+        cell = c["numpy", "jax", dtype]
+        assert cell["status"] == "ok" and "64-byte boundary" in cell["note"], cell
+    assert all("64-byte boundary" in x["note"] + x["reason"] for x in first["cells"])
+
+
+def test_alignment_is_measured_and_explains_copies(monkeypatch):
+    lib("jax")
+    np = lib("numpy")
+    assert matrix.alignment_need("jax") == 64
+    assert matrix.alignment_need("numpy") is None
+    buf = np.zeros(64 + 6 + 1, np.uint8)
+    start = -buf.ctypes.data % 64 + 1                    # one byte past a 64-byte boundary
+    buf[start:start + 6] = matrix.VALUES
+    monkeypatch.setattr(matrix, "make", lambda p, d: buf[start:start + 6])
+    cell = matrix.run_cell("numpy", "jax", "uint8", 64)
+    assert cell.status == "copy" and "does not start on a 64-byte boundary" in cell.reason
+
+
+def test_a_provider_that_copies_is_said_to():
+    """Pillow's __array_interface__ hands out a new bytes object on every call: nothing of the
+    image is shared, whatever the consumer does (not ⚠, not ✓)."""
+    lib("PIL")
+    lib("numpy")
+    lib("torch")
+    run = matrix.build(providers=["pillow"], consumers=["numpy", "torch"])
+    for cell in run["cells"]:
+        assert cell["status"] == "copy" and "the provider copies" in cell["reason"], cell
 
 
 def test_cli_json_with_filters():

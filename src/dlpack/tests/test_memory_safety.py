@@ -201,18 +201,17 @@ def test_unavailable_array_interface_lets_numpy_fall_back():
 
 
 def test_unavailable_cuda_array_interface_is_absent(fake):
-    lanes = asdlpack(_cuda_lanes())
+    lanes = asdlpack(_cuda_lanes(fake.device_array(bytes(32), device=1)))
     assert not hasattr(lanes, "__cuda_array_interface__")
     with pytest.raises(AttributeError, match="__cuda_array_interface__: dtype float32x4"):
         lanes.__cuda_array_interface__          # noqa: B018
 
 
-def _cuda_lanes():
-    """A DLPack capsule of float32x4 data on CUDA:1 (the fake driver's device memory)."""
-    from dlpack.tests.fake_cuda import DEVICE_PTR
+def _cuda_lanes(ptr):
+    """A DLPack capsule of float32x4 data at ptr, on CUDA:1 (the fake driver's device memory)."""
     from dlpack.tests.hostile import KEEP, capsule, managed
 
     m = managed(code=2, bits=32, lanes=4, shape=(2,), device=(2, 1))
-    m.dl_tensor.data = DEVICE_PTR
+    m.dl_tensor.data = ptr
     KEEP.append(m)
     return capsule(ctypes.addressof(m), b"dltensor_versioned")

@@ -106,8 +106,13 @@ def test_bfloat16_array_interface_view():
     raw = np.asarray(dl)
     assert raw.ctypes.data == t.data_ptr()
     assert raw.view(ml.bfloat16).astype(float).ravel().tolist() == [0, 1, 2, 3]
-    again = asdlpack(ai_holder(ai, t))      # round trip keeps the dtype through descr
-    assert again.dtype.name == "bfloat16"
+    # descr's name is for people: only a real ml_dtypes dtype makes the item bfloat16 (§3.7)
+    with pytest.raises(BufferError, match=r"'bfloat16'.*a\.view\(ml_dtypes\.bfloat16\)"):
+        asdlpack(ai_holder(ai, t))
+    with pytest.raises(BufferError, match="view"):
+        asdlpack(raw)                       # a structured array with one field named bfloat16
+    again = asdlpack(raw.view(ml.bfloat16))
+    assert again.dtype.name == "bfloat16" and again.data_ptr == t.data_ptr()
 
 
 def ai_holder(ai, keep):

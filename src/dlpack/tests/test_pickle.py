@@ -11,7 +11,6 @@ import pytest
 
 from dlpack import DLDeviceType, asdlpack
 from dlpack._core import _rebuild
-from dlpack.tests import fake_cuda
 from dlpack.tests.helpers import lib
 from dlpack.tests.test_cuda import CAI
 
@@ -118,8 +117,8 @@ def test_bytes_and_torch_consumers():
 
 
 def test_device_data_refuses_and_names_the_way_out(fake):
-    memory = (ctypes.c_float * 6)(*range(6))        # the fake driver's "device" memory
-    dl = asdlpack(CAI(ctypes.addressof(memory)))
+    memory = fake.device_array((ctypes.c_float * 6)(*range(6)), device=1)
+    dl = asdlpack(CAI(memory))
     assert dl.device == (DLDeviceType.kDLCUDA, 1)
     way_out = "asdlpack(dl.__dlpack__(dl_device=(1, 0), copy=True))"
     with pytest.raises(BufferError, match=r"kDLCUDA:1.*" + re.escape(way_out)):
@@ -133,8 +132,7 @@ def test_device_data_refuses_and_names_the_way_out(fake):
 
 def test_pinned_host_memory_pickles_as_host_data(fake):
     data = (ctypes.c_float * 6)(*range(6))
-    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_HOST, 0, False)
-    dl = asdlpack(CAI(ctypes.addressof(data)))
+    dl = asdlpack(CAI(fake.pinned(data)))
     assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
     r, _ = _roundtrip(dl, 5, False)
     assert r.device == (DLDeviceType.kDLCPU, 0)

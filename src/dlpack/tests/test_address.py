@@ -1,0 +1,142 @@
+"""dlpack.from_address (spec §2): memory described by address, shape and dtype, e.g. a C buffer.
+
+Values, zero-copy, read-only-ness through real consumers, and the owner's lifetime; its
+refusals are in the hostile corpus (group "address").
+"""
+
+import ctypes
+import gc
+import weakref
+
+import pytest
+
+from dlpack import (
+    FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
+    FLAG_BITMASK_READ_ONLY,
+    DLDataTypeCode,
+    DType,
+    asdlpack,
+    from_address,
+    todict,
+)
+from dlpack.tests.helpers import lib
+
+
+class Owner:
+    """A C buffer's owner, as a binding would have one: frees the memory when it dies."""
+
+    def __init__(self, ctype, values):
+        self.buf = (ctype * len(values))(*values)
+        self.address = ctypes.addressof(self.buf)
+
+
+def test_readme_example():
+    np = lib("numpy")
+    buf = (ctypes.c_float * 6)(*range(6))
+    dl = from_address(ctypes.addressof(buf), (2, 3), "float32", owner=buf)
+    a = np.from_dlpack(dl)
+    assert a.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert a.ctypes.data == ctypes.addressof(buf) and a.flags.writeable
+    a[1, 2] = 50
+    assert buf[5] == 50
+
+
+def test_values_zero_copy_and_strides():
+    np = lib("numpy")
+    o = Owner(ctypes.c_int32, range(12))
+    dl = from_address(o.address, (3, 2), "int32", owner=o, strides=(4, 2))
+    assert dl.shape == (3, 2) and dl.strides == (4, 2) and dl.base is o
+    a = np.from_dlpack(dl)
+    assert a.tolist() == [[0, 2], [4, 6], [8, 10]]
+    assert a.ctypes.data == o.address
+    rev = np.from_dlpack(from_address(o.address + 11 * 4, (12,), "int32", owner=o,
+                                      strides=(-1,)))
+    assert rev.tolist() == list(range(11, -1, -1))
+
+
+def test_dtype_spellings():
+    np = lib("numpy")
+    o = Owner(ctypes.c_uint8, range(16))
+    for spelling in ("float32", DType(DLDataTypeCode.kDLFloat, 32), np.float32,
+                     np.dtype("float32")):
+        assert from_address(o.address, (4,), spelling, owner=o).dtype == "float32"
+    vec = from_address(o.address, (2,), "float32x2", owner=o)
+    assert (vec.dtype.lanes, vec.nbytes) == (2, 16)
+    packed = from_address(o.address, (32,), "int4", owner=o)
+    assert packed.nbytes == 16 and not packed.flags & FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+
+
+def test_ml_dtypes():
+    np = lib("numpy")
+    ml_dtypes = lib("ml_dtypes")
+    x = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    dl = from_address(x.ctypes.data, x.shape, x.dtype, owner=x)
+    assert dl.dtype == "bfloat16"
+    assert np.asarray(dl).view(ml_dtypes.bfloat16).tolist() == [1.5, -2.0]
+    i4 = np.array([1, -2, 3], dtype=ml_dtypes.int4)          # one element a byte
+    dl = from_address(i4.ctypes.data, i4.shape, i4.dtype, owner=i4)
+    assert dl.flags & FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED and dl.nbytes == 3
+
+
+def test_readonly_through_memoryview_numpy_and_torch():
+    np = lib("numpy")
+    o = Owner(ctypes.c_double, [1.0, 2.0, 3.0])
+    dl = from_address(o.address, (3,), "float64", owner=o, readonly=True)
+    m = memoryview(dl)
+    assert m.readonly and m.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(TypeError):
+        m[0] = 5.0
+    a = np.from_dlpack(dl)
+    assert not a.flags.writeable and a.ctypes.data == o.address
+    with pytest.raises(ValueError, match="read-only"):
+        a[0] = 5.0
+    assert not np.asarray(dl).flags.writeable
+    # Versioned consumers see READ_ONLY; legacy ones get a private copy.
+    assert todict(dl.__dlpack__(max_version=(1, 0)))["flags"] & FLAG_BITMASK_READ_ONLY
+    assert todict(dl.__dlpack__())["data"] != o.address
+    with pytest.raises(BufferError, match="read-only"):
+        dl.__dlpack__(copy=False)
+    torch = lib("torch")
+    t = torch.from_dlpack(dl)      # torch has no read-only tensors: the flag travels, it shares
+    assert t.tolist() == [1.0, 2.0, 3.0] and t.data_ptr() == o.address
+    assert o.buf[0] == 1.0
+
+
+def test_a_consumer_uses_the_data():
+    jnp = lib("jax.numpy")
+    o = Owner(ctypes.c_float, [1.0, 2.0, 3.0, 4.0])
+    x = jnp.from_dlpack(asdlpack(from_address(o.address, (2, 2), "float32", owner=o)))
+    assert float((x @ x).sum()) == 54.0
+
+
+def test_owner_lives_as_long_as_any_view():
+    np = lib("numpy")
+    o = Owner(ctypes.c_int16, [7, 8, 9])
+    alive = weakref.ref(o)
+    dl = from_address(o.address, (3,), "int16", owner=o)
+    del o
+    gc.collect()
+    assert alive() is not None
+    a = np.from_dlpack(dl)
+    capsule = dl.__dlpack__(max_version=(1, 0))
+    del dl
+    gc.collect()
+    assert alive() is not None and a.tolist() == [7, 8, 9]
+    del a
+    gc.collect()
+    assert alive() is not None            # the unconsumed capsule still holds the view
+    del capsule
+    gc.collect()
+    assert alive() is None
+
+
+def test_zero_size_null():
+    dl = from_address(None, (0, 3), "float32", owner=None)
+    assert dl.size == 0 and dl.data_ptr == 0 and dl.strides == (3, 1)
+    assert bytes(memoryview(dl)) == b""
+
+
+def test_cuda_device_asks_the_driver():
+    """A CUDA address is checked by the driver: without one, a CudaError (a BufferError)."""
+    with pytest.raises(BufferError):
+        from_address(1 << 20, (4,), "float32", owner=None, device=(2, 0))

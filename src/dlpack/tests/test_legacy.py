@@ -1,0 +1,217 @@
+"""pydlpack 0.2.1's names keep working, with a DeprecationWarning naming the new spelling
+(docs/migration.md); everything they do goes through the 1.x readers and checks."""
+
+import array
+import ctypes
+import gc
+import warnings
+
+import pytest
+
+import dlpack
+import dlpack.ctypes as dlc
+from dlpack import DLDataTypeCode, DLDeviceType, asdlpack, todict
+from dlpack.tests.helpers import lib
+
+
+def deprecated(call, *words):
+    """call() warns DeprecationWarning naming each of words; returns its result."""
+    with pytest.warns(DeprecationWarning) as record:
+        result = call()
+    text = " ".join(str(w.message) for w in record)
+    for word in words:
+        assert word in text, text
+    return result
+
+
+@pytest.mark.parametrize("name", ["DLTensor", "DLManagedTensor", "DLManagedTensorVersioned",
+                                  "DLDevice", "DLDataType", "DLPackVersion"])
+def test_structures_moved_to_dlpack_ctypes(name):
+    cls = deprecated(lambda: getattr(dlpack, name), f"dlpack.ctypes.{name}")
+    assert cls is getattr(dlc, name)
+
+
+def test_from_import_works():
+    with pytest.warns(DeprecationWarning):
+        from dlpack import Capsule, DLManagedTensor  # noqa: F401  (what 0.2.1's tests import)
+
+
+class Multi(bytearray):
+    """Speaks four protocols, each giving other bytes: the result names the protocol used."""
+
+    def __dlpack__(self, **kwargs):
+        return asdlpack(b"dl").__dlpack__(**kwargs)
+
+    @property
+    def __array_interface__(self):
+        return {"shape": (2,), "typestr": "|u1", "data": b"ai", "version": 3}
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (0,), "typestr": "|u1", "data": (0, False), "version": 3}
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("asdlpack_buffer", b"buf"),
+    ("asdlpack_dlpack", b"dl"),
+    ("asdlpack_array_interface_v3", b"ai"),
+    ("asdlpack_cuda_array_interface", None),
+])
+def test_per_protocol_functions_force_their_protocol(name, expect):
+    fn = getattr(dlpack, name)
+    dl = deprecated(lambda: fn(Multi(b"buf")), f"dlpack.{name}(obj)", "dlpack.asdlpack(obj)")
+    if expect is None:
+        assert dl.device == (DLDeviceType.kDLCUDA, 0) and dl.size == 0
+    else:
+        assert bytes(memoryview(dl)) == expect
+    assert bytes(memoryview(asdlpack(Multi(b"buf")))) == b"dl"
+
+
+def test_per_protocol_functions_use_the_checked_readers():
+    class Hostile:
+        @property
+        def __array_interface__(self):
+            return {"shape": (2**62, 2**62), "typestr": "<f8", "data": (4096, False),
+                    "version": 3}
+
+    with pytest.warns(DeprecationWarning), pytest.raises(BufferError, match="overflows"):
+        dlpack.asdlpack_array_interface_v3(Hostile())
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="buffer protocol"):
+        dlpack.asdlpack_buffer(Hostile())
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="__dlpack__"):
+        dlpack.asdlpack_dlpack(b"abc")
+
+    class Raises:
+        def __dlpack__(self, **kwargs):
+            raise RuntimeError("no")
+
+    with pytest.warns(DeprecationWarning), pytest.raises(BufferError, match="__dlpack__"):
+        dlpack.asdlpack_dlpack(Raises())
+    with pytest.warns(DeprecationWarning), pytest.raises(NotImplementedError, match="v3"):
+        dlpack.asdlpack_array_interface_v2(Raises())
+
+
+def test_impl_cls_chooses_the_plain_capsule():
+    a = array.array("d", [1.0, 2.0])
+    legacy = deprecated(lambda: asdlpack(a, impl_cls=dlc.DLManagedTensor), "impl_cls",
+                        "max_version")
+    assert '"dltensor"' in repr(legacy.__dlpack__())
+    versioned = deprecated(lambda: asdlpack(a, impl_cls=dlc.DLManagedTensorVersioned),
+                           "impl_cls")
+    assert '"dltensor_versioned"' in repr(versioned.__dlpack__())
+    assert todict(versioned.__dlpack__())["version"] == dlpack.DLPACK_VERSION
+    # A consumer's max_version still decides.
+    assert '"dltensor"' in repr(versioned.__dlpack__(max_version=(0, 8)))
+    assert '"dltensor_versioned"' in repr(legacy.__dlpack__(max_version=(1, 0)))
+    # The object asdlpack was given is not changed: a second view carries the choice.
+    plain = asdlpack(a)
+    with pytest.warns(DeprecationWarning):
+        again = asdlpack(plain, impl_cls=dlc.DLManagedTensorVersioned)
+    assert again is not plain and '"dltensor"' in repr(plain.__dlpack__())
+    assert again.data_ptr == plain.data_ptr
+    with pytest.warns(DeprecationWarning):
+        per_protocol = dlpack.asdlpack_buffer(a, impl_cls=dlc.DLManagedTensorVersioned)
+    assert '"dltensor_versioned"' in repr(per_protocol.__dlpack__())
+    with pytest.raises(TypeError, match="impl_cls"):
+        asdlpack(a, impl_cls=object)
+
+
+def test_impl_cls_versioned_with_real_consumers():
+    np = lib("numpy")
+    a = np.arange(6.0).reshape(2, 3)
+    with pytest.warns(DeprecationWarning):
+        dl = asdlpack(a, impl_cls=dlc.DLManagedTensorVersioned)
+    b = np.from_dlpack(dl)
+    assert b.ctypes.data == a.ctypes.data and (b == a).all()
+    tf = lib("tensorflow")
+    with pytest.raises(Exception, match="dltensor"):   # a legacy-only consumer is refused,
+        tf.experimental.dlpack.from_dlpack(dl.__dlpack__())   # not handed a misread struct
+
+
+def test_todict_dl_tensor_layout():
+    b = bytearray(b"abcd")
+    fields = todict(asdlpack(b).__dlpack__())
+    nested = deprecated(lambda: fields["dl_tensor"], '["dl_tensor"]', "'shape'")
+    assert nested == {
+        "data": asdlpack(b).data_ptr, "device": {"device_type": "DLCPU", "device_id": 0},
+        "ndim": 1, "dtype": {"code": "DLUInt", "bits": 8, "lanes": 1}, "shape": (4,),
+        "strides": (1,), "byte_offset": 0}
+    assert "dl_tensor" not in fields and fields["shape"] == (4,)
+    assert fields == dict(fields)
+    with pytest.raises(KeyError):
+        fields["manager_ctx"]
+    empty = todict(dlpack.from_address(None, (0,), "uint8", owner=None))
+    with pytest.warns(DeprecationWarning):
+        assert empty["dl_tensor"]["data"] is None        # 0.2.1 spelled NULL so
+
+
+def test_enum_labels():
+    assert deprecated(lambda: DLDeviceType.kDLCUDAManaged.label, ".name") == "DLCUDAManaged"
+    assert deprecated(lambda: DLDeviceType.from_label("DLCPU"), "['kDL") is DLDeviceType.kDLCPU
+    assert deprecated(lambda: DLDataTypeCode.kDLBfloat.label) == "DLBfloat"
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError, match="DLCPU"):
+        DLDeviceType.from_label("CPU")
+
+
+def test_buffer():
+    np = lib("numpy")
+    a = np.array([[1, 2], [3, 4]], dtype=np.int32)
+    with pytest.warns(DeprecationWarning):
+        buf = dlpack.Buffer(a, flags=dlpack.buffer.PyBUF_RECORDS_RO)
+    assert (buf.ndim, buf.shape, buf.strides, buf.itemsize) == (2, (2, 2), (8, 4), 4)
+    assert buf.format == "i" and buf.pointer == a.ctypes.data
+    with pytest.warns(DeprecationWarning):
+        simple = dlpack.Buffer(b"abc")
+    assert simple.shape is None and simple.format is None
+    with pytest.warns(DeprecationWarning), pytest.raises(BufferError, match="read-only"):
+        dlpack.Buffer(b"abc", flags=dlpack.buffer.PyBUF_RECORDS)
+
+
+def test_capsule():
+    o, o2 = object(), object()
+    with pytest.warns(DeprecationWarning):
+        c = dlpack.Capsule.new(id(o), "mycapsule")
+    assert c.get_name() == "mycapsule" and c.is_valid("mycapsule") and not c.is_valid("x")
+    assert c.get_pointer("mycapsule") == id(o)
+    c.set_name(None)
+    assert c.get_name() is None and c.is_valid(None)
+    c.set_pointer(id(o2))
+    assert c.get_pointer(None) == id(o2)
+    assert c.get_context() is None
+    c.set_context(id(o))
+    assert c.get_context() == id(o)
+    with pytest.raises(ValueError):
+        c.get_pointer("wrong name")
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="PyCapsule"):
+        dlpack.Capsule(object())
+
+
+def test_capsule_destructor_runs_once_without_reviving_the_capsule():
+    seen = []
+
+    def destructor(capsule):
+        seen.append((capsule.get_name(), capsule.is_valid("mine"), capsule.get_pointer("mine")))
+
+    with pytest.warns(DeprecationWarning):
+        c = dlpack.Capsule.new(1234, "mine", destructor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # an exception in the callback would warn
+        del c
+        gc.collect()
+    assert seen == [("mine", True, 1234)]
+    assert not dlpack.Capsule._destructors
+
+
+def test_removed_internals_name_the_migration_guide():
+    for name in ("MemoryManager", "DLManagedTensorImpl", "DLStructure"):
+        with pytest.raises(AttributeError, match="migration"):
+            getattr(dlpack, name)
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        dlpack.nonsense  # noqa: B018
+
+
+def test_constants_and_helpers():
+    assert deprecated(lambda: dlpack.DLPACK_CAPSULE_VALID_NAME) == b"dltensor"
+    assert deprecated(lambda: dlpack.PyBUF_RECORDS_RO) == 0x1C
+    assert deprecated(lambda: dlpack._get_strides((4, 6, 5))) == (30, 5, 1)
+    assert ctypes.sizeof(deprecated(lambda: dlpack.DLTensor)) == ctypes.sizeof(dlc.DLTensor)
