@@ -6,12 +6,12 @@ from cpython.buffer cimport (
     PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.pycapsule cimport (
-    PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
-    PyCapsule_New, PyCapsule_SetName,
+    PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
+    PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
 )
 from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_Occurred
-from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
@@ -37,9 +37,13 @@ cdef extern from *:
     static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
         return __builtin_add_overflow(a, b, out);
     }
+    static inline int dlpk_sub(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_sub_overflow(a, b, out);
+    }
     """
     bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
     bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    bint _sub_ovf "dlpk_sub"(int64_t a, int64_t b, int64_t *out) noexcept nogil
 
 cdef enum:
     INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
@@ -193,8 +197,23 @@ cdef inline DLPackObject _new_object():
         _making = outer
 
 
+cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack(obj)"
+
+
+cdef inline int _check_made(DLPackObject self) except -1:
+    """Refuse a blank object (every reader sets _isz >= 1 before handing one out).
+
+    Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
+    every export from it refuses.
+    """
+    if self._isz == 0:
+        raise TypeError(_UNMADE)
+    return 0
+
+
 @cython.final
 @cython.freelist(32)
+@cython.trashcan(True)      # a chain of views freeing each other unwinds without deep recursion
 cdef class DLPackObject:
     """A zero-copy view of an array that speaks every exchange protocol; made by ``asdlpack``
     (or ``from_address``).
@@ -233,10 +252,10 @@ cdef class DLPackObject:
     def __cinit__(self):
         self.dl.shape = self._inline
         if not _making:
-            raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
+            raise TypeError(_UNMADE)
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("DLPackObject cannot be created directly; use dlpack.asdlpack(obj)")
+        raise TypeError(_UNMADE)
 
     def __dealloc__(self):
         self._release_view()
@@ -275,6 +294,8 @@ cdef class DLPackObject:
         Checks extents, element count, bytes and the byte range the elements reach with
         overflow checks; turns byte strides into element strides; when ``bound`` >= 0 the
         elements must lie in the ``bound``-byte buffer that data sits ``offset`` bytes into.
+        Strides that are never applied are normalised to C-contiguous ones, so no exporter
+        multiplies an arbitrary value: those of extent-1 dimensions, and all of an empty array.
         """
         cdef int i, n = self.dl.ndim
         cdef int64_t isz, step, lo = 0, hi = 0, expect, end
@@ -294,10 +315,15 @@ cdef class DLPackObject:
         if err:
             raise BufferError(_size_message(protocol, err, self.dl.dtype, self.shape))
         self._isz = isz
-        if given == STRIDES_C:
+        if given == STRIDES_C or self._count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
+            if self._count == 0:
+                self._c_contig = self._f_contig = True
+                return 0
         elif given == STRIDES_BYTES:
             for i in range(n):
+                if self.dl.shape[i] == 1:
+                    continue                    # normalised below
                 if packed or self.dl.strides[i] % isz:
                     raise BufferError(
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
@@ -306,7 +332,9 @@ cdef class DLPackObject:
                 self.dl.strides[i] //= isz
         expect = 1
         for i in range(n - 1, -1, -1):
-            if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
+            if self.dl.shape[i] == 1:
+                self.dl.strides[i] = expect
+            elif self.dl.strides[i] != expect:
                 c = False
             expect *= self.dl.shape[i]
         expect = 1
@@ -314,9 +342,6 @@ cdef class DLPackObject:
             if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
                 f = False
             expect *= self.dl.shape[i]
-        if self._count == 0:
-            self._c_contig = self._f_contig = True
-            return 0
         if packed and not c:
             raise BufferError(f"{protocol}: field 'strides' = {self.strides}: a packed "
                               f"{self.dtype.name} array must be C-contiguous (elements share "
@@ -331,7 +356,7 @@ cdef class DLPackObject:
                         or _mul_ovf(step, isz, &step)
                         or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
                     raise BufferError(self._reach_message(protocol, "the address space"))
-            if _add_ovf(hi, isz, &hi):
+            if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
                 raise BufferError(self._reach_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
@@ -422,6 +447,7 @@ cdef class DLPackObject:
 
     def __dlpack_device__(self):
         """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
+        _check_made(self)
         return _device_tuple(self.dl.device)
 
     def __repr__(self):
@@ -439,15 +465,18 @@ cdef class DLPackObject:
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
         (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
+        _check_made(self)
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """Export as a DLPack capsule (array API signature); each call gives a new capsule."""
+        _check_made(self)
         return _dlpack_export(self, stream, max_version, dl_device, copy)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
+        _check_made(self)
         _fill_buffer(self, view, flags)
 
     def __releasebuffer__(self, Py_buffer *view):
@@ -456,11 +485,13 @@ cdef class DLPackObject:
     @property
     def __array_interface__(self):
         """NumPy's array interface (v3), for data the CPU can address."""
+        _check_made(self)
         return _array_interface(self)
 
     @property
     def __cuda_array_interface__(self):
         """The CUDA array interface (v3), with the stream consumers must wait on."""
+        _check_made(self)
         return _cuda_array_interface(self)
 
     # The Arrow PyCapsule interface (docs/spec.md §13): zero-copy, the structs hold self.
@@ -749,6 +780,7 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
                            _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
+        _check_made(r)
         if r._legacy_readonly == allow_legacy_readonly and not (
                 legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY):
             return r
@@ -816,17 +848,21 @@ def todict(obj):
     Capsules are read, not consumed; ``__dlpack__`` objects are asked for a fresh capsule.
     """
     cdef DLPackObject d
+    cdef DLPackVersion version
     if PyCapsule_CheckExact(obj):
         return _capsule_dict(obj)
     if type(obj) is not DLPackObject and getattr(obj, "__dlpack__", None) is not None:
         return _capsule_dict(_call_dlpack(obj, None))
-    d = asdlpack(obj)
-    return _tensor_dict(&d.dl, (DLPACK_MAJOR, DLPACK_MINOR), d._flags, "asdlpack")
+    version.major = DLPACK_MAJOR
+    version.minor = DLPACK_MINOR
+    d = asdlpack(obj)         # a blank DLPackObject refuses here
+    return _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
 
 
 def _export_address(DLPackObject obj, bint versioned):
     """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer): what
     ``__dlpack__()`` would hand out, ordered after the producer's work in the same way."""
+    _check_made(obj)
     return <uintptr_t>_export_block(obj, None, versioned, None, None)
 
 

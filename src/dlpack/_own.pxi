@@ -1,15 +1,33 @@
 # Ownership: adopting a producer's managed tensor, the export block we hand out, its deleters,
-# the one capsule destructor for both capsule names, and the copy routine.
+# the capsule destructors (one per struct kind), and the copy routine.
 
 
 cdef extern from "Python.h":
-    int PyGILState_Check() nogil
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() nogil
+    void PyGILState_Release(PyGILState_STATE) nogil
     void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+    # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
+    void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
 
-cdef extern from "string.h":
-    int strcmp(const char *, const char *) nogil
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define dlpk_attached() PyThreadState_GetUnchecked()
+    #else
+    #define dlpk_attached() _PyThreadState_UncheckedGet()
+    #endif
+    /* Whether this thread holds the GIL through its own (PyGILState) thread state: the test
+       PyGILState_Ensure makes first. Unlike PyGILState_Check, which answers 1 once a
+       subinterpreter has existed, it is never wrong; pointers are only compared. */
+    static inline int dlpk_holds_gil(void) {
+        PyThreadState *t = dlpk_attached();
+        return t != NULL && t == PyGILState_GetThisThreadState();
+    }
+    """
+    int _holds_gil "dlpk_holds_gil"() nogil
 
 
 # -- producers' tensors we own ------------------------------------------------------------------
@@ -32,8 +50,9 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     ``legacy_writable``).
     """
     cdef DLPackObject self
-    cdef DLTensor *t
-    cdef DLManagedTensorVersioned *mv = <DLManagedTensorVersioned *>m
+    cdef DLTensor t
+    cdef DLPackVersion version
+    cdef uint64_t flags = 0
     cdef uintptr_t data
     if m == NULL:
         raise BufferError(f"{protocol}: the managed tensor pointer is NULL")
@@ -41,23 +60,24 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     self._managed = m                   # from here on, dropping self calls the deleter once
     self._managed_versioned = versioned
     self._base = base
+    # The struct and its shape and strides are copied once, before any Python code can run;
+    # only the copy is read after that (docs/spec.md §7).
     if versioned:
-        if mv.version.major > DLPACK_MAJOR:
-            raise BufferError(f"{protocol}: field 'version' = {mv.version.major}."
-                              f"{mv.version.minor} has a newer major version than this pydlpack "
+        version = (<DLManagedTensorVersioned *>m).version
+        if version.major > DLPACK_MAJOR:
+            raise BufferError(f"{protocol}: field 'version' = {version.major}."
+                              f"{version.minor} has a newer major version than this pydlpack "
                               f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
-        t = &mv.dl_tensor
-        self._flags = mv.flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+        t = (<DLManagedTensorVersioned *>m).dl_tensor
+        flags = (<DLManagedTensorVersioned *>m).flags
     else:
-        t = &(<DLManagedTensor *>m).dl_tensor
+        t = (<DLManagedTensor *>m).dl_tensor
+    _copy_dims(self, &t, protocol)
+    if versioned:
+        self._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+    else:
         self._flags = FLAG_READ_ONLY
         self._legacy_import = True
-    if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
-    self._alloc_dims(t.ndim, protocol)
-    memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
-    if t.strides != NULL:
-        memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
     data = <uintptr_t>t.data
     if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
         raise BufferError(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
@@ -69,6 +89,18 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
         self._stream = 1        # the producer synchronised to the legacy default stream for us
     self._finish(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
     return self
+
+
+cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
+    """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    self._alloc_dims(t.ndim, protocol)
+    if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
+        memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
+        if t.strides != NULL:
+            memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
+    return 0
 
 
 # -- the export block: one allocation per exported tensor ---------------------------------------
@@ -213,17 +245,26 @@ cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
             hi[0] += step
 
 
-# -- deleters and the capsule destructor ---------------------------------------------------------
+# -- deleters and the capsule destructors --------------------------------------------------------
 
 cdef void _drop_context(void *ctx) noexcept nogil:
-    """Release the DLPackObject an export holds; after interpreter shutdown, leave it."""
-    if ctx == NULL or not Py_IsInitialized():
+    """Release the DLPackObject an export holds, from any thread, GIL held or not (spec §4).
+
+    A thread that holds the GIL (the usual consumer; also the thread finalizing the
+    interpreter) drops it at once; any other takes the GIL first as NumPy's deleter does, with
+    PyGILState_Ensure (PyGILState_Check cannot tell: it answers 1 once a subinterpreter has
+    existed). While the interpreter finalizes another thread taking the GIL would be stopped
+    for good, and after shutdown none may: then the reference is left.
+    """
+    cdef PyGILState_STATE state
+    if ctx == NULL:
         return
-    if PyGILState_Check():              # the usual case: a Python consumer frees it
+    if _holds_gil():
         _decref_held(<PyObject *>ctx)
-    else:
-        with gil:
-            Py_XDECREF(<PyObject *>ctx)
+    elif Py_IsInitialized():
+        state = PyGILState_Ensure()
+        _decref_held(<PyObject *>ctx)
+        PyGILState_Release(state)
 
 
 cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:
@@ -242,25 +283,34 @@ cdef void _free_block(DLManagedTensorVersioned *m) noexcept nogil:
     free(m)
 
 
-cdef void _capsule_destructor(object capsule) noexcept:
-    """Free an export nobody consumed: only while the capsule keeps its unused name."""
+cdef inline void _delete_unconsumed(object capsule, bint versioned) noexcept:
+    """Free an export nobody consumed, read as the struct it was made with.
+
+    Unconsumed means the capsule still has a DLPack name a consumer has not taken (every
+    consumer renames it ``used_…``); a consumer that renamed one to the other kind's name does
+    not change which struct it holds.
+    """
     cdef PyObject *et
     cdef PyObject *ev
     cdef PyObject *tb
-    cdef const char *name = PyCapsule_GetName(capsule)
-    cdef void *m
-    if name == NULL:
+    cdef const char *name
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        name = b"dltensor_versioned"
+    elif PyCapsule_IsValid(capsule, b"dltensor"):
+        name = b"dltensor"
+    else:
         return
-    PyErr_Fetch(&et, &ev, &tb)
-    if strcmp(name, b"dltensor_versioned") == 0:
-        m = PyCapsule_GetPointer(capsule, name)
-        if m != NULL:
-            _delete_managed(m, True)
-    elif strcmp(name, b"dltensor") == 0:
-        m = PyCapsule_GetPointer(capsule, name)
-        if m != NULL:
-            _delete_managed(m, False)
+    PyErr_Fetch(&et, &ev, &tb)          # the deleter may run Python code (finalizers)
+    _delete_managed(_capsule_pointer(capsule, name), versioned)
     PyErr_Restore(et, ev, tb)
+
+
+cdef void _versioned_capsule_destructor(object capsule) noexcept:
+    _delete_unconsumed(capsule, True)
+
+
+cdef void _legacy_capsule_destructor(object capsule) noexcept:
+    _delete_unconsumed(capsule, False)
 
 
 # -- Arrow structs (docs/spec.md §13): the ones asdlpack moved in, and the ones we export --------
@@ -380,33 +430,58 @@ cdef void _arrow_schema_release(ArrowSchema *s) noexcept nogil:
     free(node)
 
 
-cdef void _arrow_capsule_destructor(object capsule) noexcept:
+cdef enum ArrowKind:
+    ARROW_SCHEMA
+    ARROW_ARRAY
+    ARROW_DEVICE_ARRAY
+    ARROW_STREAM
+    ARROW_DEVICE_STREAM
+
+
+cdef inline void _arrow_unconsumed(object capsule, ArrowKind kind) noexcept:
     """Free the base struct of one of our Arrow capsules, releasing it first if no consumer
-    moved it out (the PyCapsule interface's rule)."""
+    moved it out (the PyCapsule interface's rule); read as the kind it was made as, whatever
+    the capsule is called now."""
     cdef PyObject *et
     cdef PyObject *ev
     cdef PyObject *tb
-    cdef const char *name = PyCapsule_GetName(capsule)
     cdef void *p
-    if name == NULL:
-        return
     PyErr_Fetch(&et, &ev, &tb)
-    p = PyCapsule_GetPointer(capsule, name)
+    p = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
     if p != NULL:
-        if strcmp(name, b"arrow_schema") == 0:
+        if kind == ARROW_SCHEMA:
             if (<ArrowSchema *>p).release != NULL:
                 (<ArrowSchema *>p).release(<ArrowSchema *>p)
-        elif strcmp(name, b"arrow_array") == 0:
+        elif kind == ARROW_ARRAY:
             if (<ArrowArray *>p).release != NULL:
                 (<ArrowArray *>p).release(<ArrowArray *>p)
-        elif strcmp(name, b"arrow_device_array") == 0:
+        elif kind == ARROW_DEVICE_ARRAY:
             if (<ArrowDeviceArray *>p).array.release != NULL:
                 (<ArrowDeviceArray *>p).array.release(&(<ArrowDeviceArray *>p).array)
-        elif strcmp(name, b"arrow_array_stream") == 0:
+        elif kind == ARROW_STREAM:
             if (<ArrowArrayStream *>p).release != NULL:
                 (<ArrowArrayStream *>p).release(<ArrowArrayStream *>p)
-        elif strcmp(name, b"arrow_device_array_stream") == 0:
-            if (<ArrowDeviceArrayStream *>p).release != NULL:
-                (<ArrowDeviceArrayStream *>p).release(<ArrowDeviceArrayStream *>p)
+        elif (<ArrowDeviceArrayStream *>p).release != NULL:
+            (<ArrowDeviceArrayStream *>p).release(<ArrowDeviceArrayStream *>p)
         free(p)
-    PyErr_Restore(et, ev, tb)
+    PyErr_Restore(et, ev, tb)          # clears what a renamed capsule's lookup set
+
+
+cdef void _arrow_schema_destructor(object capsule) noexcept:
+    _arrow_unconsumed(capsule, ARROW_SCHEMA)
+
+
+cdef void _arrow_array_destructor(object capsule) noexcept:
+    _arrow_unconsumed(capsule, ARROW_ARRAY)
+
+
+cdef void _arrow_device_array_destructor(object capsule) noexcept:
+    _arrow_unconsumed(capsule, ARROW_DEVICE_ARRAY)
+
+
+cdef void _arrow_stream_destructor(object capsule) noexcept:
+    _arrow_unconsumed(capsule, ARROW_STREAM)
+
+
+cdef void _arrow_device_stream_destructor(object capsule) noexcept:
+    _arrow_unconsumed(capsule, ARROW_DEVICE_STREAM)

@@ -152,7 +152,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     if offset < 0 or offset > self._view.len:
         raise BufferError(f"{protocol}: field 'offset' = {offset} lies outside the "
                           f"{self._view.len}-byte buffer given in 'data'")
-    self.dl.data = <char *>self._view.buf + <Py_ssize_t>offset
+    self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>offset)  # buf may be NULL
     if self._view.readonly:
         self._flags |= FLAG_READ_ONLY
     return offset
@@ -192,6 +192,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         given = STRIDES_BYTES
     data = d.get("data")
     self = _new_object()
+    self._keep = d if d is ai else (ai, d)  # what the interface keeps alive (NumPy's '__ref')
     self.dl.dtype.code = code
     self.dl.dtype.bits = bits
     self.dl.dtype.lanes = 1

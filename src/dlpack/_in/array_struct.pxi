@@ -26,13 +26,17 @@ cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcep
 
 
 cdef DLPackObject _from_array_struct(object obj, object capsule):
+    """The struct, its shape and its strides are copied once, before any Python code or
+    allocation can run (the dtype lookup may call the provider); only the copy is read."""
     cdef DLPackObject self
-    cdef PyArrayInterface *s
+    cdef PyArrayInterface s
     cdef int i
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
         raise BufferError(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
-    s = <PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
+    self = _new_object()
+    self._keep = capsule                # and whatever the capsule keeps alive
+    s = (<PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule)))[0]
     if s.two != 2:
         raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "
                           "(not a PyArrayInterface)")
@@ -45,8 +49,11 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
         raise BufferError(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
                           "of a type DLPack can carry (1 to 32 bytes)")
     kind = <unsigned char>s.typekind
-    self = _new_object()
     self._alloc_dims(s.nd, "__array_struct__")
+    for i in range(s.nd):
+        self.dl.shape[i] = s.shape[i]
+        if s.strides != NULL:
+            self.dl.strides[i] = s.strides[i]
     if not _kind_dtype(kind, s.itemsize, &self.dl.dtype):
         if kind < 0x21 or kind > 0x7E:
             raise BufferError(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
@@ -66,14 +73,9 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
                           "cannot be exchanged through DLPack")
     if not s.flags & ARR_WRITEABLE:
         self._flags |= FLAG_READ_ONLY
-    for i in range(s.nd):
-        self.dl.shape[i] = s.shape[i]
-        if s.strides != NULL:
-            self.dl.strides[i] = s.strides[i]
     self.dl.data = s.data
     self.dl.device.device_type = kDLCPU
     self._base = obj
-    self._keep = capsule
     self._finish("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
     return self
 

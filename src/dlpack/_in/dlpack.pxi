@@ -8,7 +8,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
     cdef const char *name
     cdef void *m
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__dlpack__ returned a {type(capsule).__name__} object, not a PyCapsule")
+        raise BufferError(_not_a_capsule(capsule))
     name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         m = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
@@ -19,6 +19,10 @@ cdef DLPackObject _from_capsule(object capsule, object base):
         PyCapsule_SetName(capsule, b"used_dltensor")
         return _adopt(m, False, base, "DLPack capsule")
     raise BufferError(_capsule_name_refusal(name))
+
+
+cdef str _not_a_capsule(object value):
+    return f"__dlpack__ returned a {type(value).__name__} object, not a PyCapsule"
 
 
 cdef str _capsule_name_refusal(const char *name):
@@ -88,19 +92,21 @@ cdef DLPackObject _from_torch(object t):
         except Exception:
             m = NULL                        # __dlpack__ below gives torch's own message
         if m != NULL:
-            device_type = m.dl_tensor.device.device_type
+            try:                            # m is ours: read once, dropping self deletes it
+                self = _adopt(m, True, t, "__dlpack_c_exchange_api__")
+            except BufferError:
+                return None                 # torch's own __dlpack__ below gives its message
+            device_type = self.dl.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
             if (device_type == kDLCPU or (device_type == kDLCUDA
                                           and _torch_api.current_work_stream != NULL
-                                          and _torch_current(m.dl_tensor.device.device_id))
-                    ) and not (m.dl_tensor.dtype.code == kDLComplex and t.is_conj()):
-                self = _adopt(m, True, t, "__dlpack_c_exchange_api__")
+                                          and _torch_current(self.dl.device.device_id))
+                    ) and not (self.dl.dtype.code == kDLComplex and t.is_conj()):
                 if device_type == kDLCUDA:
                     self._stream = 0
                     self._work_api = _torch_api
                 return self
-            _delete_managed(m, True)        # other devices or conj: torch's own path below
-    return None
+    return None                             # other devices or conj: torch's own path below
 
 
 cdef bint _torch_current(int32_t device_id) noexcept:
@@ -144,36 +150,61 @@ cdef DLPackObject _from_ctypes_pointer(object p):
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
 
-cdef object _tensor_dict(DLTensor *t, object version, uint64_t flags, str protocol):
+cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint64_t flags,
+                         str protocol):
+    """A DLTensor's fields (version None when NULL), for todict.
+
+    Its header, shape and strides are copied before any Python object is made: a finalizer run
+    by that allocation could change or free them (docs/spec.md §7).
+    """
+    cdef DLTensor t = src[0]
+    cdef DLPackVersion v
+    cdef int64_t *dims = NULL
+    cdef int i
+    if version != NULL:
+        v = version[0]
     if t.ndim < 0 or t.ndim > MAX_NDIM:
         raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
                           f"(0 to {MAX_NDIM})")
     if t.ndim > 0 and t.shape == NULL:
         raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
-    return _types.Fields({
-        "version": version,
-        "flags": flags,
-        "data": <uintptr_t>t.data,
-        "device": _device_tuple(t.device),
-        "ndim": t.ndim,
-        "dtype": (_types.DLDataTypeCode(t.dtype.code) if t.dtype.code <= 17 else t.dtype.code,
-                  t.dtype.bits, t.dtype.lanes),
-        "shape": tuple([t.shape[i] for i in range(t.ndim)]),
-        "strides": None if t.strides == NULL else tuple([t.strides[i] for i in range(t.ndim)]),
-        "byte_offset": t.byte_offset,
-    })
+    if t.ndim > 0:
+        dims = <int64_t *>malloc(2 * t.ndim * sizeof(int64_t))
+        if dims == NULL:
+            raise MemoryError()
+        memcpy(dims, t.shape, t.ndim * sizeof(int64_t))
+        if t.strides != NULL:
+            memcpy(dims + t.ndim, t.strides, t.ndim * sizeof(int64_t))
+    try:
+        return _types.Fields({
+            "version": None if version == NULL else (v.major, v.minor),
+            "flags": flags,
+            "data": <uintptr_t>t.data,
+            "device": _device_tuple(t.device),
+            "ndim": t.ndim,
+            "dtype": (_types.DLDataTypeCode(t.dtype.code) if t.dtype.code <= 17
+                      else t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            "shape": tuple([dims[i] for i in range(t.ndim)]),
+            "strides": None if t.strides == NULL
+                       else tuple([dims[t.ndim + i] for i in range(t.ndim)]),
+            "byte_offset": t.byte_offset,
+        })
+    finally:
+        free(dims)
 
 
 cdef object _capsule_dict(object capsule):
-    cdef DLManagedTensorVersioned *mv
-    cdef DLManagedTensor *ml
+    """todict of a capsule: its struct read (not consumed) through one snapshot."""
+    cdef DLManagedTensorVersioned mv
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferError(_not_a_capsule(capsule))
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        mv = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
-        version = (mv.version.major, mv.version.minor)
+        mv = (<DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned"))[0]
         if mv.version.major > DLPACK_MAJOR:
-            return _types.Fields({"version": version, "flags": mv.flags})
-        return _tensor_dict(&mv.dl_tensor, version, mv.flags, "DLPack capsule")
+            return _types.Fields({"version": (mv.version.major, mv.version.minor),
+                                  "flags": mv.flags})
+        return _tensor_dict(&mv.dl_tensor, &mv.version, mv.flags, "DLPack capsule")
     if PyCapsule_IsValid(capsule, b"dltensor"):
-        ml = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
-        return _tensor_dict(&ml.dl_tensor, None, 0, "DLPack capsule")
+        return _tensor_dict(&(<DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor"))
+                            .dl_tensor, NULL, 0, "DLPack capsule")
     raise BufferError(_capsule_name_refusal(PyCapsule_GetName(capsule)))

@@ -63,12 +63,16 @@ _npy_type(23, kDLFloat, 16)
 
 
 cdef DLPackObject _from_ndarray(object obj):
-    """The common ndarray in C; None for anything unusual (the caller takes another path)."""
+    """The common ndarray in C; None for anything unusual (the caller takes another path).
+
+    The object is made first: its allocation may run a finalizer that reshapes or retypes the
+    array, and the struct is then read with no Python code in between.
+    """
     cdef dlpk_ndarray *a = <dlpk_ndarray *><PyObject *>obj
+    cdef DLPackObject self = _new_object()
     cdef dlpk_descr *d = <dlpk_descr *>a.descr
     cdef int i, num = d.type_num
     cdef Py_ssize_t itemsize
-    cdef DLPackObject self
     if num < 0 or num >= NPY_TYPES or _npy_types[num].bits == 0 or not a.flags & NPY_ALIGNED:
         return None
     itemsize = _npy_types[num].bits // 8
@@ -77,7 +81,6 @@ cdef DLPackObject _from_ndarray(object obj):
     for i in range(a.nd):
         if a.strides[i] % itemsize:
             return None
-    self = _new_object()
     self.dl.dtype = _npy_types[num]
     self._alloc_dims(a.nd, "numpy.ndarray")
     for i in range(a.nd):

@@ -1,10 +1,15 @@
 # Consumer side: __array_interface__ (CPU data) and __cuda_array_interface__ (CUDA data), v3.
 
-cdef dict _interface(DLPackObject self):
+cdef dict _interface(DLPackObject self, str protocol):
     cdef int i
     cdef Py_ssize_t itemsize = self._isz
-    typestr, descr = _types.array_typestr(
-        self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
+    try:
+        typestr, descr = _types.array_typestr(
+            self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
+    except BufferError as e:
+        # An interface that cannot be given is absent (hasattr False), so that consumers
+        # such as numpy.asarray go on to their next protocol (docs/spec.md §5).
+        raise AttributeError(str(e).replace("__array_interface__", protocol, 1)) from None
     strides = None
     if not self._c_contig:
         strides = tuple([self.dl.strides[i] * itemsize for i in range(self.dl.ndim)])
@@ -23,14 +28,14 @@ cdef dict _array_interface(DLPackObject self):
                              f"{_device_name(self.dl.device)}; see __cuda_array_interface__")
     if _cuda_kind(self.dl.device.device_type):     # pinned or managed: read once it is ready
         _sync_for(self, None, True)
-    return _interface(self)
+    return _interface(self, "__array_interface__")
 
 cdef dict _cuda_array_interface(DLPackObject self):
     if not _cuda_kind(self.dl.device.device_type):
         raise AttributeError(f"__cuda_array_interface__: the data is on "
                              f"{_device_name(self.dl.device)}, not a CUDA device")
     cdef uintptr_t producer
-    d = _interface(self)
+    d = _interface(self, "__cuda_array_interface__")
     d["stream"] = None
     if self._event != NULL:     # an Arrow sync_event names no stream: the host waits for it
         _cu_event_sync(self.dl.device.device_id, self._event)

@@ -346,10 +346,11 @@ cdef int _refuse_kwargs(dict kwargs, str protocol) except -1:
     return 0
 
 
-cdef object _capsule_of(void *p, const char *name):
-    """A capsule owning p (a malloc'ed base struct whose release is NULL until filled)."""
+cdef object _capsule_of(void *p, const char *name, PyCapsule_Destructor destructor):
+    """A capsule owning p (a malloc'ed base struct whose release is NULL until filled), freed
+    by the destructor of its kind."""
     try:
-        return PyCapsule_New(p, name, _arrow_capsule_destructor)
+        return PyCapsule_New(p, name, destructor)
     except BaseException:
         free(p)
         raise
@@ -359,7 +360,7 @@ cdef object _arrow_schema_capsule(const _ArrowOut *d):
     cdef ArrowSchema *s = <ArrowSchema *>calloc(1, sizeof(ArrowSchema))
     if s == NULL:
         raise MemoryError()
-    cap = _capsule_of(s, b"arrow_schema")
+    cap = _capsule_of(s, b"arrow_schema", _arrow_schema_destructor)
     if _arrow_schema_fill(d, s) != 0:
         raise MemoryError()
     return cap
@@ -388,7 +389,8 @@ cdef object _arrow_array_export(DLPackObject self, object requested, dict kwargs
     base = calloc(1, sizeof(ArrowDeviceArray) if device else sizeof(ArrowArray))
     if base == NULL:
         raise MemoryError()
-    array = _capsule_of(base, b"arrow_device_array" if device else b"arrow_array")
+    array = (_capsule_of(base, b"arrow_device_array", _arrow_device_array_destructor)
+             if device else _capsule_of(base, b"arrow_array", _arrow_array_destructor))
     anchor = _anchor_new(self)
     try:
         if device:
@@ -519,7 +521,8 @@ cdef object _arrow_stream_export(DLPackObject self, object requested, dict kwarg
     base = calloc(1, sizeof(ArrowDeviceArrayStream) if device else sizeof(ArrowArrayStream))
     if base == NULL:
         raise MemoryError()
-    stream = _capsule_of(base, b"arrow_device_array_stream" if device else b"arrow_array_stream")
+    stream = (_capsule_of(base, b"arrow_device_array_stream", _arrow_device_stream_destructor)
+              if device else _capsule_of(base, b"arrow_array_stream", _arrow_stream_destructor))
     state = <_StreamState *>calloc(1, sizeof(_StreamState) + <size_t>d.tensor_meta_len)
     if state == NULL:
         raise MemoryError()

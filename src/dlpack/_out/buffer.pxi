@@ -61,7 +61,7 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     view.ndim = n
     view.format = <char *>fmt if flags & PyBUF_FORMAT else NULL
     view.shape = self._pydims if flags & PyBUF_ND else NULL
-    view.strides = self._pydims + n if flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
+    view.strides = self._pydims + n if n and flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
     view.suboffsets = NULL
     view.internal = NULL
     return 0

@@ -1,6 +1,6 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
 # dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (docs/spec.md §10).
-# The export block, its deleters and the capsule destructor live in _own.pxi.
+# The export block, its deleters and the capsule destructors live in _own.pxi.
 from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
@@ -22,8 +22,9 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                             "(major, minor) tuple of ints") from None
     block = _export_block(self, stream, versioned, dl_device, copy)
     try:
-        return PyCapsule_New(block, b"dltensor_versioned" if versioned else b"dltensor",
-                             _capsule_destructor)
+        if versioned:
+            return PyCapsule_New(block, b"dltensor_versioned", _versioned_capsule_destructor)
+        return PyCapsule_New(block, b"dltensor", _legacy_capsule_destructor)
     except BaseException:
         _delete_managed(block, versioned)
         raise

@@ -10,41 +10,50 @@ cdef inline void _set_error(DLPackSetError set_error, void *ctx, const char *kin
 
 cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                         DLPackSetError set_error) noexcept nogil:
-    """A new C-contiguous CPU tensor shaped like proto, freed by its deleter."""
-    cdef int i, ndim
+    """A new C-contiguous CPU tensor shaped like proto, freed by its deleter; its data starts on
+    a DATA_ALIGN boundary. proto's header and shape are read once, into a copy."""
+    cdef int ndim
     cdef int64_t count, nbytes, itemsize
+    cdef int64_t shape[MAX_NDIM]
+    cdef DLTensor p
     cdef bint packed
     cdef size_t dims_at, data_at
     cdef char *block
     cdef DLManagedTensorVersioned *m
     cdef SizeError err
     if proto == NULL or out == NULL:
-        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: NULL prototype or output")
-        return -1
-    ndim = proto.ndim
-    if proto.device.device_type != kDLCPU or ndim < 0 or ndim > MAX_NDIM:
         _set_error(set_error, error_ctx, b"BufferError",
-                  b"pydlpack allocates CPU tensors of 0 to 1024 dimensions only")
+                   b"pydlpack allocator: the prototype or the output pointer is NULL")
         return -1
-    if ndim > 0 and proto.shape == NULL:
-        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: prototype shape is NULL")
+    p = proto[0]
+    ndim = p.ndim
+    if p.device.device_type != kDLCPU or ndim < 0 or ndim > MAX_NDIM:
+        _set_error(set_error, error_ctx, b"BufferError",
+                   b"pydlpack allocates CPU tensors of 0 to 1024 dimensions only")
         return -1
-    err = _item_storage(proto.dtype, False, &itemsize, &packed)
+    if ndim > 0 and p.shape == NULL:
+        _set_error(set_error, error_ctx, b"BufferError",
+                   b"pydlpack allocator: prototype shape is NULL")
+        return -1
+    if ndim > 0:
+        memcpy(shape, p.shape, ndim * sizeof(int64_t))
+    err = _item_storage(p.dtype, False, &itemsize, &packed)
     if err == SIZE_OK:
-        err = _element_count(ndim, proto.shape, &count)
+        err = _element_count(ndim, shape, &count)
     if err == SIZE_OK:
-        err = _byte_size(count, proto.dtype, itemsize, packed, &nbytes)
+        err = _byte_size(count, p.dtype, itemsize, packed, &nbytes)
     _block_layout(sizeof(DLManagedTensorVersioned), ndim, &dims_at, &data_at)
     if err == SIZE_OK and <uint64_t>nbytes > <uint64_t>INT64_MAX - data_at:
         err = SIZE_OVERFLOW
     if err:
-        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: the prototype's dtype or "
-                  b"shape is invalid (zero bits, negative extent, or more bytes than memory "
-                  b"can hold)")
+        _set_error(set_error, error_ctx, b"BufferError", b"pydlpack allocator: the prototype's "
+                   b"dtype or shape is invalid (zero bits, negative extent, or more bytes than "
+                   b"memory can hold)")
         return -1
     block = <char *>malloc(data_at + <size_t>nbytes)
     if block == NULL:
-        _set_error(set_error, error_ctx, b"MemoryError", b"pydlpack: out of memory allocating a tensor")
+        _set_error(set_error, error_ctx, b"MemoryError",
+                   b"pydlpack: out of memory allocating a tensor")
         return -1
     m = <DLManagedTensorVersioned *>block
     m.version.major = DLPACK_MAJOR
@@ -52,13 +61,13 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.manager_ctx = NULL
     m.deleter = _free_block
     m.flags = 0
-    m.dl_tensor = proto[0]
+    m.dl_tensor = p
     m.dl_tensor.data = _data_start(block, data_at)
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)
     m.dl_tensor.strides = m.dl_tensor.shape + ndim
-    for i in range(ndim):
-        m.dl_tensor.shape[i] = proto.shape[i]
+    if ndim > 0:
+        memcpy(m.dl_tensor.shape, shape, ndim * sizeof(int64_t))
     _c_strides(ndim, m.dl_tensor.shape, m.dl_tensor.strides)
     out[0] = m
     return 0
@@ -70,11 +79,13 @@ cdef int _api_check(void *obj) except -1:
     if type(<object>obj) is not DLPackObject:
         raise TypeError(f"__dlpack_c_exchange_api__: got a {type(<object>obj).__name__} object, "
                         "not a DLPackObject")
-    return 0
+    return _check_made(<DLPackObject>obj)
 
 
 cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
     _api_check(obj)
+    if out == NULL:
+        raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
     _ready_on_work_stream(<DLPackObject>obj)
     out[0] = <DLManagedTensorVersioned *>_export(<DLPackObject>obj, True, EXPORT_VIEW)
     return 0
@@ -89,7 +100,10 @@ cdef int _ready_on_work_stream(DLPackObject self) except -1:
 
 
 cdef int _api_to_py(DLManagedTensorVersioned *m, void **out) except -1:
+    """Own m (its ownership is stolen, on failure too: then its deleter has run)."""
     if out == NULL:
+        if m != NULL:
+            _delete_managed(m, True)
         raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
     obj = _adopt(m, True, None, "__dlpack_c_exchange_api__")      # NULL m: BufferError
     Py_INCREF(obj)
@@ -112,11 +126,16 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
     return 0
 
 
-cdef int _api_stream(c_DLDeviceType device_type, int32_t device_id, void **out) noexcept:
+cdef int _api_stream(c_DLDeviceType device_type, int32_t device_id,
+                     void **out) noexcept nogil:
     """The stream our CUDA exports are ready on: the legacy default stream (CU_STREAM_LEGACY);
-    CPU needs none."""
-    if out != NULL:
-        out[0] = <void *>1 if _cuda_kind(device_type) else NULL           # CPU needs none; on CUDA, the legacy default stream
+    CPU needs none. Callable without the GIL; it takes it only to report a NULL output."""
+    if out == NULL:
+        with gil:
+            PyErr_SetString(TypeError, b"__dlpack_c_exchange_api__: current_work_stream's "
+                            b"output pointer is NULL")
+        return -1
+    out[0] = <void *>1 if _cuda_kind(device_type) else NULL
     return 0
 
 

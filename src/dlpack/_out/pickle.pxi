@@ -72,19 +72,21 @@ cdef object _reduce(DLPackObject self, int protocol):
     strides = self.strides
     if self._count and not self._c_contig:
         _reach(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
+    span = _Span.__new__(_Span)
+    span.readonly = readonly
     if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
-        copy = bytearray(self._nbytes)
-        _gather(<char *>copy, <const char *>self.dl.data, self)
+        # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
+        copy = bytearray(self._nbytes + DATA_ALIGN - 1)
+        span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (DATA_ALIGN - 1))
+        _gather(span.ptr, <const char *>self.dl.data, self)
+        span.owner = copy
         lo, hi = 0, self._nbytes
         strides = _c_strides_of(self.shape)
-        data = copy
     else:
-        span = _Span.__new__(_Span)
-        span.ptr = <char *>self.dl.data + lo
-        span.len = hi - lo
-        span.readonly = readonly
+        span.ptr = <char *>(<uintptr_t>self.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self
-        data = span
+    span.len = hi - lo
+    data = span
     if protocol >= 5:
         data = _pickle.PickleBuffer(data)
     elif readonly:
@@ -139,7 +141,7 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     self._alloc_dims(n, "pickle")
     for i in range(n):
         self.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
-        self.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX, INT64_MAX)
+        self.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
     try:
         PyObject_GetBuffer(data, &self._view, PyBUF_SIMPLE)
     except (TypeError, BufferError, ValueError) as e:
@@ -150,7 +152,7 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
         at = _field(offset, "offset", 0, self._view.len)
         if self._view.readonly:
             self._flags |= FLAG_READ_ONLY
-        self.dl.data = <char *>self._view.buf + at
+        self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>at)  # buf may be NULL
         self.dl.device.device_type = kDLCPU
         self.dl.device.device_id = 0
         self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)

@@ -218,8 +218,9 @@ def _register_sizes() -> None:
         ("broadcast-2**59", dict(shape=(2**59,), strides=(0,)),
          Gives([[2**59], [0], "float64", False])),
         ("zero-size-offset-len", dict(shape=(0,), offset=16), Gives([[0], [1], "float64", False])),
+        # an empty array reaches no memory: its strides are normalised (C-contiguous)
         ("zero-size-huge-stride", dict(shape=(0, 4), strides=(2**62, 8)),
-         Gives([[0, 4], [2**59, 1], "float64", False])),
+         Gives([[0, 4], [4, 1], "float64", False])),
         ("negative-stride-inside", dict(shape=(2,), strides=(-8,), offset=8),
          Gives([[2], [-1], "float64", False])),
     ]
@@ -549,7 +550,9 @@ def array_struct(*, two=2, nd=1, typekind=b"f", itemsize=8,
         KEEP.append(arr)
         s.strides = ctypes.cast(arr, ctypes.POINTER(ctypes.c_ssize_t))
     s.data = ctypes.addressof(buf) if data else None
-    return Struct(capsule(ctypes.addressof(s), name))
+    out = Struct(capsule(ctypes.addressof(s), name))
+    out.s = s               # the struct itself, for cases that rewrite it while it is read
+    return out
 
 
 def via_struct(**fields):
@@ -1491,7 +1494,8 @@ def _register_names() -> None:
         Gives([[8], [1], "uint8", False]))
     add(g, "ctypes-long-8-bytes", via_buffer(lambda: (ctypes.c_long * 2)()),
         Gives([[2], [1], f"int{8 * ctypes.sizeof(ctypes.c_long)}", False]))
-    # DLPack types no typestr describes exactly are refused, not mislabelled
+    # DLPack types no typestr describes exactly are refused, not mislabelled: the interface is
+    # absent (AttributeError, so numpy.asarray goes on; docs/spec.md §5)
     for name, fields, words in [
         ("float128", dict(code=2, bits=128, shape=(2,)), ("float128", "long double")),
         ("int128", dict(code=0, bits=128, shape=(2,)), ("int128", "'<i16'" if N == "<" else "")),
@@ -1499,7 +1503,8 @@ def _register_names() -> None:
         ("bool16", dict(code=6, bits=16, shape=(2,)), ("code6_16",)),
     ]:
         add(g, f"export-{name}", lambda f=fields: asdlpack(dl_capsule(**f)).__array_interface__,
-            buffer_error(AI, "exact typestr", "__dlpack__", *[w for w in words if w]))
+            Raises(("AttributeError",),
+                   (AI, "exact typestr", "__dlpack__", *[w for w in words if w])))
     add(g, "export-complex32-opaque",
         lambda: asdlpack(dl_capsule(code=5, bits=32, shape=(2,))).__array_interface__["descr"],
         Gives([["complex32", "|V4"]]))
@@ -2013,7 +2018,7 @@ def _register_arrow() -> None:
         ("no-chunks-fsl", lambda ap: (_fsl(ap, 3, _f32(ap)), []), {},
          Gives([[0, 3], [3, 1], "float32", True])),
         ("no-chunks-tensor", lambda ap: (tensor(b'{"shape":[2,2]}')(ap), []), {},
-         Gives([[0, 2, 2], [1, 1, 1], "float32", True])),
+         Gives([[0, 2, 2], [4, 2, 1], "float32", True])),     # empty: C strides (§7)
         ("two-chunks", lambda ap: (_f32(ap), [_f32(ap), _f32(ap)]), {},
          buffer_error("more than one", "combine_chunks", "rechunk")),
         ("chunk-negative", lambda ap: (_f32(ap), [_f32(ap, length=-3)]), {},
@@ -2182,6 +2187,641 @@ for _register in (_register_sizes, _register_sequences, _register_typestr, _regi
                   _register_classes, _register_pointers, _register_export, _register_torch,
                   _register_fallback, _register_names, _register_device_ids, _register_values,
                   _register_address, _register_arrow, _register_arrow_out):
+    _register()
+
+# -- issue 18: alignment, keep-alive, snapshots, deleters, chains, capsule kinds, UB, leaks -------
+
+def _residues(*capsules) -> list:
+    """data % 256 and byte_offset of each capsule's tensor (0, 0 when the copy is aligned)."""
+    KEEP.extend(capsules)       # the unconsumed capsules own their copies
+    return [[d["data"] % 256, d["byte_offset"]] for d in map(_todict, capsules)]
+
+
+def _register_alignment() -> None:
+    """Every copy pydlpack allocates starts, first element and all, on a 256-byte boundary."""
+    g = "alignment"
+
+    def legacy_readonly(n):
+        return _residues(*[asdlpack(bytes(range(k % 256)) * 3).__dlpack__() for k in range(n)])
+
+    def readonly_7d():
+        return _residues(asdlpack(memoryview(bytes(128)).cast("B", (2,) * 7)).__dlpack__())
+
+    def copies(**kwargs):
+        sources = [bytearray(1), bytearray(100), memoryview(bytearray(64))[::2],
+                   Iface(ai(shape=(8, 20), strides=(512, 24), data=bytearray(4096))),
+                   memoryview(bytearray(128)).cast("B", (2,) * 7)]
+        return _residues(*[asdlpack(src).__dlpack__(copy=True, **kwargs) for src in sources])
+
+    def pointer_copy():
+        dlc = _dlc()
+        p = dlc.to_pointer(b"abcdefgh", versioned=False)
+        result = [p.contents.dl_tensor.data % 256, p.contents.dl_tensor.byte_offset]
+        p.contents.deleter(p)
+        return result
+
+    def allocated(shape):
+        dlc = _dlc()
+        api, p_mtv = _exchange_api()
+        proto = dlc.DLTensor()
+        proto.ndim = len(shape)
+        proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 64, 1
+        proto.device.device_type = 1
+        arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        proto.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+        out = p_mtv()
+        rc = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                          dlc.DLPackSetError(lambda *a: None))
+        result = [rc, out.contents.dl_tensor.data % 256, out.contents.dl_tensor.byte_offset]
+        out.contents.deleter(out)
+        return result
+
+    def pickled_copy():
+        import pickle
+
+        src = memoryview(bytearray(range(64)))[::8]       # sparse: pickled as a copy
+        buffers: list = []
+        dumped = pickle.dumps(asdlpack(src), 5, buffer_callback=buffers.append)
+        back = pickle.loads(dumped, buffers=buffers)
+        return [back.data_ptr % 256, list(memoryview(back))]
+
+    add(g, "legacy-readonly-copy", lambda: legacy_readonly(64), Gives([[0, 0]] * 64))
+    add(g, "legacy-readonly-copy-7-d", readonly_7d, Gives([[0, 0]]))
+    add(g, "copy-true-versioned", lambda: copies(max_version=(1, 3)), Gives([[0, 0]] * 5))
+    add(g, "copy-true-legacy", copies, Gives([[0, 0]] * 5))
+    add(g, "copy-dl-device-cpu", lambda: copies(dl_device=(1, 0)), Gives([[0, 0]] * 5))
+    add(g, "to-pointer-legacy-copy", pointer_copy, Gives([0, 0]))
+    for shape in [(), (1,), (3, 5), (2,) * 7, (1,) * 40]:
+        add(g, f"allocator-{len(shape)}-d", lambda shape=shape: allocated(shape),
+            Gives([0, 0, 0]))
+    add(g, "pickle-copy", pickled_copy, Gives([0, [0, 8, 16, 24, 32, 40, 48, 56]]))
+
+    def numpy_copy():
+        np = __import__("numpy")
+        a = np.arange(24.0).reshape(4, 6)[:, ::2]
+        a.flags.writeable = False
+        return _residues(asdlpack(a).__dlpack__(), asdlpack(a).__dlpack__(copy=True))
+
+    add(g, "numpy-copies", numpy_copy, Gives([[0, 0], [0, 0]]), needs=["numpy"])
+
+
+def _churn() -> None:
+    """Collect, then allocate and free a lot: freed memory gets reused and overwritten."""
+    gc.collect()
+    junk = [(ctypes.c_double * n)(*([-7.0] * n)) for n in range(1, 64) for _ in range(20)]
+    junk += [bytearray(b"\xff" * n) for n in range(1, 512)]
+    del junk
+
+
+def _register_keepalive() -> None:
+    """What a provider's interface dict keeps alive, the DLPackObject keeps alive."""
+    g = "keepalive"
+
+    class DictOwns:
+        """A provider whose interface dict alone owns the memory (as NumPy scalars' do)."""
+
+        def __init__(self, key="__ref", mapping=False) -> None:
+            self.key, self.mapping = key, mapping
+
+        @property
+        def __array_interface__(self):
+            buf = (ctypes.c_double * 4)(1.5, 2.5, 3.5, 4.5)
+            d = {"shape": (4,), "typestr": N + "f8", "version": 3,
+                 "data": (ctypes.addressof(buf), False), self.key: buf}
+            return collections.ChainMap(d) if self.mapping else d
+
+    def read(provider):
+        dl = asdlpack(provider)
+        _churn()
+        return list(memoryview(dl))
+
+    values = [1.5, 2.5, 3.5, 4.5]
+    add(g, "dict-ref", lambda: read(DictOwns()), Gives(values))
+    add(g, "dict-any-key", lambda: read(DictOwns("owner")), Gives(values))
+    add(g, "mapping", lambda: read(DictOwns(mapping=True)), Gives(values))
+
+    def write_then_read():
+        dl = asdlpack(DictOwns())
+        _churn()
+        m = memoryview(dl)
+        m[0] = 9.0
+        _churn()
+        return list(m)
+
+    add(g, "dict-ref-write", write_then_read, Gives([9.0, 2.5, 3.5, 4.5]))
+
+    def numpy_scalars():
+        np = __import__("numpy")
+        dls = [asdlpack(t(v)) for t, v in [(np.float64, 3.25), (np.int32, -7),
+                                           (np.complex64, 1 + 2j), (np.bool_, True),
+                                           (np.uint8, 200)]]
+        _churn()
+        return [np.from_dlpack(dl).item() for dl in dls]
+
+    add(g, "numpy-scalars", numpy_scalars, Gives([3.25, -7, "(1+2j)", True, 200]),
+        needs=["numpy"])
+
+    def numpy_scalar_struct():
+        np = __import__("numpy")
+        s = np.float64(6.5)
+        dl = asdlpack(Struct(s.__array_struct__))
+        del s
+        _churn()
+        return np.from_dlpack(dl).item()
+
+    add(g, "numpy-scalar-struct", numpy_scalar_struct, Gives(6.5), needs=["numpy"])
+
+
+def _gc_hook(action):
+    """Run action once, from the collector, at the next GC-tracked allocation (Python 3.11:
+    inside it; later Pythons run collections between bytecodes). Returns the undo."""
+    old = gc.get_threshold()
+    done = []
+
+    def callback(phase, _info):
+        if phase == "start" and not done:
+            done.append(1)
+            action()
+
+    def undo():
+        gc.set_threshold(*old)
+        gc.callbacks.remove(callback)
+        return bool(done)
+
+    gc.callbacks.append(callback)
+    gc.set_threshold(1, 1, 1)       # last: nothing allocates between this and the caller's call
+    return undo
+
+
+def _register_snapshots() -> None:
+    """A foreign struct is copied once, before any Python code or allocation; only the copy
+    is read, whatever the provider changes meanwhile."""
+    g = "snapshots"
+
+    def struct_hook(mutate):
+        """A bfloat16 struct whose dtype lookup (user code, asked for the type of a 'V' item)
+        rewrites the struct before returning the real ml_dtypes dtype."""
+        np = __import__("numpy")
+        bfloat16 = np.dtype(__import__("ml_dtypes").bfloat16)
+        st = array_struct(typekind=b"V", itemsize=2, shape=(3,), strides=(2,))
+
+        class Hooked:
+            __array_struct__ = st.cap
+
+            @property
+            def dtype(self):
+                mutate(st.s)
+                return bfloat16
+
+        dl = asdlpack(Hooked())
+        return [list(dl.shape), list(dl.strides), dl.dtype.name]
+
+    big = (ctypes.c_ssize_t * 4096)(*([7] * 4096))
+    KEEP.append(big)
+
+    def grow(s):
+        s.nd = 4096
+        s.shape = ctypes.cast(big, ctypes.POINTER(ctypes.c_ssize_t))
+        s.strides = ctypes.cast(big, ctypes.POINTER(ctypes.c_ssize_t))
+
+    def null_shape(s):
+        s.nd = 2
+        s.shape = None
+
+    for name, mutate in [("nd-grows", grow), ("shape-nulled", null_shape)]:
+        add(g, f"array-struct-{name}-in-dtype-lookup", lambda mutate=mutate: struct_hook(mutate),
+            Gives([[3], [1], "bfloat16"]), needs=["numpy", "ml_dtypes"])
+
+    def struct_gc(mutate):
+        """The struct rewritten by a collection: on Python 3.11 the one run by the allocation of
+        the DLPackObject (the freelist is empty), which main made after reading the struct."""
+        from dlpack import asdlpack
+        from dlpack._core import _read_array_struct  # the reader itself: nothing else runs
+
+        st = array_struct(shape=(3,), strides=(8,))
+        keep = [asdlpack(bytearray(1)) for _ in range(64)]
+        undo = _gc_hook(lambda: mutate(st.s))
+        try:
+            dl = _read_array_struct(st, st.cap)
+        except BufferError as e:        # read after the change: refused for what it says now
+            return "'shape' is NULL" in str(e)
+        finally:
+            undo()
+            del keep
+        return summary(dl) == [[3], [1], "float64", False]      # read before the change
+
+    add(g, "array-struct-shape-nulled-in-gc", lambda: struct_gc(null_shape), Gives(True))
+
+    def todict_hook(mutate):
+        from dlpack import todict
+
+        m = managed(shape=(2, 3))
+        cap = capsule(ctypes.addressof(m), b"dltensor_versioned")
+        undo = _gc_hook(lambda: mutate(m.dl_tensor))
+        try:
+            d = todict(cap)         # the first allocation after the hook is in there
+        finally:
+            undo()
+        return [d["ndim"], d["shape"]] in ([2, (2, 3)], [2, [2, 3]])
+
+    def todict_grow(t):
+        arr = (ctypes.c_int64 * 4096)(*([5] * 4096))
+        KEEP.append(arr)
+        t.ndim = 4096
+        t.shape = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int64))
+
+    def todict_null(t):
+        t.shape = None
+
+    add(g, "todict-ndim-grows-in-gc", lambda: todict_hook(todict_grow), Gives(True))
+    add(g, "todict-shape-nulled-in-gc", lambda: todict_hook(todict_null), Gives(True))
+
+    def ndarray_retyped():
+        np = __import__("numpy")
+        import warnings
+
+        from dlpack import asdlpack  # called directly: no import between hook and call
+
+        asdlpack(np.zeros(1))       # NumPy's layout checked: the next one takes the fast path
+        keep = [asdlpack(bytearray(1)) for _ in range(64)]      # the freelist is empty
+        a = np.zeros(4)
+
+        def retype():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                a.dtype = np.int8
+        undo = _gc_hook(retype)
+        try:
+            dl = asdlpack(a)
+        finally:
+            undo()
+        del keep
+        return [dl.dtype.name, list(dl.shape)] in (["float64", [4]], ["int8", [32]])
+
+    add(g, "numpy-retyped-in-gc", ndarray_retyped, Gives(True), needs=["numpy"])
+
+
+_SUBINTERPRETERS = ("_interpreters" if importlib.util.find_spec("_interpreters")
+                    else "_xxsubinterpreters")
+
+
+def _make_subinterpreter() -> None:
+    """Create and destroy one subinterpreter: PyGILState_Check answers 1 from then on."""
+    interpreters = importlib.import_module(_SUBINTERPRETERS)
+    interpreters.destroy(interpreters.create())
+
+
+def _register_deleters() -> None:
+    """Deleters take the GIL whatever the thread holds (its own child: a subinterpreter is
+    made first, and stays made for the rest of the group)."""
+    g = "deleters"
+
+    def without_gil(versioned, in_thread):
+        import threading
+
+        _make_subinterpreter()
+        dlc = _dlc()
+        dl = asdlpack(bytearray(b"abcdefgh"))
+        gone = weakref.ref(dl)
+        p = dlc.to_pointer(dl, versioned=versioned)
+        del dl              # the tensor holds the only reference now
+        call = lambda: p.contents.deleter(p)      # ctypes calls it without the GIL   # noqa: E731
+        if in_thread:
+            t = threading.Thread(target=call)
+            t.start()
+            t.join()
+        else:
+            call()
+        return gone() is None
+
+    for versioned in (True, False):
+        for in_thread in (False, True):
+            name = f"{'versioned' if versioned else 'legacy'}-{'thread' if in_thread else 'main'}"
+            add(g, f"no-gil-after-subinterpreter-{name}",
+                lambda v=versioned, t=in_thread: without_gil(v, t), Gives(True),
+                needs=[_SUBINTERPRETERS])
+
+    def numpy_consumer():
+        np = __import__("numpy")
+        _make_subinterpreter()
+        a = np.from_dlpack(asdlpack(bytearray(b"abcd")))
+        value = bytes(a)
+        del a
+        gc.collect()
+        return value.decode()
+
+    add(g, "numpy-consumer-after-subinterpreter", numpy_consumer, Gives("abcd"),
+        needs=["numpy", _SUBINTERPRETERS])
+
+
+def _register_chains() -> None:
+    """Freeing a deep chain of views does not recurse without bound (the trashcan)."""
+    g = "chains"
+    depth = 150_000
+
+    def chain(step):
+        x = asdlpack(bytearray(b"abcd"))
+        for i in range(depth):
+            x = step(x, i)
+        result = list(memoryview(x))
+        del x
+        return result
+
+    steps = [
+        ("versioned", lambda x, i: asdlpack(x.__dlpack__(max_version=(1, 3)))),
+        ("legacy", lambda x, i: asdlpack(x.__dlpack__(), legacy_writable=True)),
+        ("shared", lambda x, i: asdlpack(x, allow_legacy_readonly=bool(i % 2))),
+        ("pointer", lambda x, i: asdlpack(_dlc().to_pointer(x))),
+    ]
+    for name, step in steps:
+        add(g, f"{name}-{depth}", lambda step=step: chain(step), Gives([97, 98, 99, 100]))
+    add(g, f"numpy-{depth}", lambda: chain(
+        lambda x, i: asdlpack(__import__("numpy").from_dlpack(x))), Gives([97, 98, 99, 100]),
+        needs=["numpy"])
+    # no deleter in this one: each link is a provider (an array over a buffer) held as base
+    add(g, f"numpy-asarray-{depth}", lambda: chain(
+        lambda x, i: asdlpack(__import__("numpy").asarray(x))), Gives([97, 98, 99, 100]),
+        needs=["numpy"])
+
+
+_set_name = ctypes.pythonapi.PyCapsule_SetName
+_set_name.restype = ctypes.c_int
+_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _register_capsule_kinds() -> None:
+    """A capsule's destructor reads the struct it was made with, whatever its name says now."""
+    g = "capsule_kinds"
+
+    def renamed(versioned, to):
+        dl = asdlpack(dl_capsule(), legacy_writable=True)
+        cap = dl.__dlpack__(max_version=(1, 3) if versioned else None)
+        name = ctypes.create_string_buffer(to)
+        KEEP.append(name)
+        _set_name(cap, name)
+        del cap, dl
+        return deleted()
+
+    add(g, "versioned-renamed-dltensor", lambda: renamed(True, b"dltensor"), Gives(1))
+    add(g, "legacy-renamed-dltensor-versioned", lambda: renamed(False, b"dltensor_versioned"),
+        Gives(1))
+    add(g, "versioned-renamed-twice", lambda: renamed(True, b"dltensor_versioned"), Gives(1))
+
+    def consumed(versioned, to):
+        """A consumer renamed it used (then must call the deleter itself: it does here)."""
+        dl = asdlpack(dl_capsule(), legacy_writable=True)
+        cap = dl.__dlpack__(max_version=(1, 3) if versioned else None)
+        kind = _dlc().DLManagedTensorVersioned if versioned else _dlc().DLManagedTensor
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        m = kind.from_address(get(cap, b"dltensor_versioned" if versioned else b"dltensor"))
+        name = ctypes.create_string_buffer(to)
+        KEEP.append(name)
+        _set_name(cap, name)
+        del cap, dl
+        before = deleted()
+        m.deleter(ctypes.pointer(m))
+        return [before, deleted()]
+
+    add(g, "versioned-used", lambda: consumed(True, b"used_dltensor_versioned"), Gives([0, 1]))
+    add(g, "legacy-used", lambda: consumed(False, b"used_dltensor"), Gives([0, 1]))
+    add(g, "versioned-foreign-name", lambda: consumed(True, b"taken"), Gives([0, 1]))
+
+
+def _register_strides() -> None:
+    """No undefined behaviour from odd but legal inputs: NULL shapes of 0-d tensors, strides
+    of extent-0/1 dimensions (normalised once, at import), spans near 2**63."""
+    g = "strides"
+    add(g, "0-d-null-shape", via_capsule(shape=(), null_shape=True),
+        Gives([[], [], "float32", False], after=1), after=deleted)
+    add(g, "0-d-null-shape-legacy", via_capsule(b"dltensor", shape=(), null_shape=True),
+        Gives([[], [], "float32", True], after=1), after=deleted)
+    add(g, "0-d-null-shape-pointer",
+        lambda: summary(asdlpack(ctypes.pointer(managed(shape=(), null_shape=True)))),
+        Gives([[], [], "float32", False], after=1), after=deleted)
+    add(g, "0-d-null-shape-todict",
+        lambda: _todict(dl_capsule(shape=(), null_shape=True))["shape"], Gives([]))
+
+    def exported(fields, what):
+        dl = asdlpack(dl_capsule(**fields))
+        if what == "buffer":
+            m = memoryview(dl)
+            return [list(m.shape), list(m.strides)]
+        if what == "ai":
+            return dl.__array_interface__["strides"]
+        return summary(dl)
+
+    odd = [
+        ("extent-1-stride-2**62", dict(shape=(1, 2), strides=(2**62, 1))),
+        ("extent-1-stride-int64-min", dict(shape=(1, 2), strides=(-(2**63), 1))),
+        ("extent-1-stride-int64-max", dict(shape=(2, 1), strides=(1, 2**63 - 1))),
+    ]
+    for name, fields in odd:
+        add(g, f"{name}-summary", lambda f=fields: exported(f, "summary"),
+            Gives([fields["shape"], [2, 1] if fields["shape"] == (1, 2) else [1, 1],
+                   "float32", False]))
+        add(g, f"{name}-buffer", lambda f=fields: exported(f, "buffer"),
+            Gives([list(fields["shape"]), [8, 4] if fields["shape"] == (1, 2) else [4, 4]]))
+        add(g, f"{name}-array-interface", lambda f=fields: exported(f, "ai"), Gives(None))
+    empty = dict(shape=(0, 3), strides=(2**62, 2**62 + 1))
+    add(g, "extent-0-huge-strides-summary", lambda: exported(empty, "summary"),
+        Gives([[0, 3], [3, 1], "float32", False]))
+    add(g, "extent-0-huge-strides-buffer", lambda: exported(empty, "buffer"),
+        Gives([[0, 3], [12, 4]]))
+    add(g, "ai-extent-1-byte-stride-2**62", via_ai(shape=(1,), strides=(2**62,)),
+        Gives([[1], [1], "float64", False]))
+    add(g, "ai-extent-1-odd-byte-stride", via_ai(shape=(1,), strides=(3,)),
+        Gives([[1], [1], "float64", False]))
+    add(g, "ai-extent-0-odd-byte-stride", via_ai(shape=(0, 2), strides=(3, 5)),
+        Gives([[0, 2], [2, 1], "float64", False]))
+    add(g, "ai-span-2**63", via_ai(shape=(2,), strides=(-(2**63),), data=(2**63 + 64, False)),
+        buffer_error(AI, "outside"))
+
+    def pickled(fields, protocol):
+        import pickle
+
+        dl = asdlpack(dl_capsule(**fields))
+        back = pickle.loads(pickle.dumps(dl, protocol))
+        return [summary(back), list(memoryview(back).cast("B"))[:8]]
+
+    for protocol in (2, 5):
+        add(g, f"pickle-extent-1-int64-min-protocol-{protocol}",
+            lambda p=protocol: pickled(dict(code=1, bits=8, shape=(1, 4),
+                                            strides=(-(2**63), 1)), p),
+            Gives([[[1, 4], [4, 1], "uint8", False], [0, 1, 2, 3]]))
+
+    def forged(strides):
+        from dlpack._core import _rebuild
+
+        return summary(_rebuild(bytearray(8), 1, 8, 1, (1, 8), strides, 0, 0))
+
+    add(g, "rebuild-extent-1-int64-min", lambda: forged((-(2**63), 1)),
+        Gives([[1, 8], [8, 1], "uint8", False]))
+    add(g, "rebuild-int64-min-extent-8", lambda: forged((8, -(2**63))),
+        buffer_error("pickle", "outside"))
+
+
+def _register_internal() -> None:
+    """No internal exception reaches users; unavailable interfaces are absent attributes; a
+    blank DLPackObject (only a finalizer can hold one) exports nothing."""
+    g = "internal"
+
+    class Returns:
+        def __init__(self, value) -> None:
+            self.value = value
+
+        def __dlpack__(self, **kwargs):
+            return self.value
+
+    for name, value in [("int", 3), ("none", None), ("str", "dltensor"), ("bytes", b"x")]:
+        add(g, f"todict-dlpack-returns-{name}", lambda v=value: _todict(Returns(v)),
+            buffer_error("__dlpack__ returned a", "not a PyCapsule"))
+        add(g, f"asdlpack-dlpack-returns-{name}", lambda v=value: asdlpack(Returns(v)),
+            buffer_error("__dlpack__ returned a", "not a PyCapsule"))
+
+    unavailable = [("int4", dict(code=0, bits=4, shape=(5,))),
+                   ("uint1", dict(code=1, bits=1, shape=(9,))),
+                   ("lanes-4", dict(code=2, bits=32, lanes=4, shape=(2,)))]
+    for name, fields in unavailable:
+        add(g, f"hasattr-array-interface-{name}",
+            lambda f=fields: hasattr(asdlpack(dl_capsule(**f)), AI), Gives(False))
+        add(g, f"getattr-array-interface-{name}",
+            lambda f=fields: getattr(asdlpack(dl_capsule(**f)), AI),
+            Raises(("AttributeError",), (AI,)))
+
+    def blank_exports():
+        """Objects a finalizer made while asdlpack allocated: each export must refuse."""
+        import pickle
+
+        from dlpack import DLPackObject, asdlpack, todict  # no import between the allocations
+
+        got: list = []
+
+        class Grab:
+            def __del__(self):
+                try:
+                    got.append(DLPackObject.__new__(DLPackObject))
+                except TypeError:
+                    pass
+
+        keep = [asdlpack(bytearray(1)) for _ in range(64)]      # the freelist is empty
+        old = gc.get_threshold()
+        gc.set_threshold(1, 1, 1)
+        try:
+            for _ in range(200):
+                grab = Grab()
+                grab.cycle = grab           # cyclic garbage: only a collection frees it
+                del grab
+                keep.append(asdlpack(bytearray(1)))
+        finally:
+            gc.set_threshold(*old)
+        gc.collect()
+        api, p_mtv = _exchange_api()
+        exports = [
+            lambda b: b.__dlpack__(), lambda b: b.__dlpack__(max_version=(1, 3)),
+            lambda b: b.__dlpack__(copy=True), lambda b: b.__dlpack_device__(),
+            memoryview, lambda b: b.__array_interface__, lambda b: b.__cuda_array_interface__,
+            pickle.dumps, asdlpack, todict, lambda b: _dlc().to_pointer(b),
+            lambda b: api.managed_tensor_from_py_object_no_sync(b, ctypes.byref(p_mtv())),
+            lambda b: api.dltensor_from_py_object_no_sync(b, ctypes.byref(_dlc().DLTensor())),
+        ]
+        outcomes = set()
+        for blank in got:
+            for export in exports:
+                try:
+                    export(blank)
+                    outcomes.add("exported")
+                except Exception as e:      # any other outcome is reported
+                    ok = isinstance(e, TypeError) and "asdlpack" in str(e)
+                    outcomes.add("refused" if ok else f"{type(e).__name__}: {e}")
+        # Python 3.12 and later collect between bytecodes, never inside an allocation: none
+        return sorted(outcomes) if got or sys.version_info >= (3, 12) else ["none made"]
+
+    add(g, "blank-object-exports", blank_exports,
+        Gives(["refused"] if sys.version_info < (3, 12) else []))
+
+
+def _register_api_pointers() -> None:
+    """Every exchange-API entry point checks every pointer: -1 with an exception set."""
+    g = "exchange_api"
+
+    def call(field, argtypes, *args):
+        """An entry point called through a PYFUNCTYPE of raw pointers (NULLs get through)."""
+        from dlpack import DLPackObject
+
+        api = _dlc().exchange_api(DLPackObject)
+        address = ctypes.cast(getattr(api, field), ctypes.c_void_p).value
+        return ctypes.PYFUNCTYPE(ctypes.c_int, *argtypes)(address)(*args)
+
+    obj = ctypes.py_object
+    vp = ctypes.c_void_p
+    out = lambda: ctypes.byref(ctypes.c_void_p())           # noqa: E731
+    dl = lambda: asdlpack(bytearray(4))                     # noqa: E731
+    add(g, "from-py-null-out", lambda: call("managed_tensor_from_py_object_no_sync",
+                                            (obj, vp), dl(), None),
+        type_error("output pointer"))
+    add(g, "from-py-null-object", lambda: call("managed_tensor_from_py_object_no_sync",
+                                               (vp, vp), None, out()),
+        type_error("NULL"))
+    add(g, "dltensor-null-out", lambda: call("dltensor_from_py_object_no_sync", (obj, vp),
+                                             dl(), None),
+        type_error("output pointer"))
+    add(g, "dltensor-null-object", lambda: call("dltensor_from_py_object_no_sync", (vp, vp),
+                                                None, ctypes.byref(_dlc().DLTensor())),
+        type_error("NULL"))
+
+    def to_py_null_out():
+        m = managed()
+        return call("managed_tensor_to_py_object_no_sync", (vp, vp),
+                    ctypes.addressof(m), None)
+
+    add(g, "to-py-null-out", to_py_null_out, Raises(("TypeError",), ("output pointer",), after=1),
+        after=deleted)
+    add(g, "to-py-null-tensor", lambda: call("managed_tensor_to_py_object_no_sync", (vp, vp),
+                                             None, out()),
+        buffer_error("NULL"))
+    add(g, "stream-null-out", lambda: call("current_work_stream",
+                                           (ctypes.c_int32, ctypes.c_int32, vp), 2, 0, None),
+        type_error("output pointer"))
+    add(g, "stream-cpu", lambda: (lambda o: [call(
+        "current_work_stream", (ctypes.c_int32, ctypes.c_int32, vp), 1, 0, ctypes.byref(o)),
+        o.value])(ctypes.c_void_p(7)), Gives([0, None]))
+
+    def allocator(proto, out, set_error):
+        dlc = _dlc()
+        api, _ = _exchange_api()
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, vp, vp, vp, vp)(
+            ctypes.cast(api.managed_tensor_allocator, vp).value)
+        errors: list = []
+        cb = dlc.DLPackSetError(lambda _ctx, kind, msg: errors.append(kind.decode()))
+        KEEP.append(cb)
+        t = dlc.DLTensor()
+        t.ndim, t.device.device_type = 0, 1
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+        rc = fn(ctypes.addressof(t) if proto else None,
+                ctypes.addressof(out) if out is not None else None,
+                None, ctypes.cast(cb, vp).value if set_error else None)
+        if rc == 0:
+            out.contents.deleter(out)
+        return [rc, errors]
+
+    add(g, "allocator-null-proto", lambda: allocator(False, _mtv_out(), True),
+        Gives([-1, ["BufferError"]]))
+    add(g, "allocator-null-out", lambda: allocator(True, None, True),
+        Gives([-1, ["BufferError"]]))
+    add(g, "allocator-null-everything", lambda: allocator(False, None, False), Gives([-1, []]))
+    add(g, "allocator-no-callback-ok", lambda: allocator(True, _mtv_out(), False),
+        Gives([0, []]))
+
+
+def _mtv_out():
+    """An output slot for a DLManagedTensorVersioned pointer."""
+    return ctypes.POINTER(_dlc().DLManagedTensorVersioned)()
+
+
+for _register in (_register_alignment, _register_keepalive, _register_snapshots,
+                  _register_deleters, _register_chains, _register_capsule_kinds,
+                  _register_strides, _register_internal, _register_api_pointers):
     _register()
 
 GROUPS = sorted({c.group for c in CASES.values()})

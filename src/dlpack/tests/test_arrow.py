@@ -385,6 +385,27 @@ def test_export_device_stream_protocol():
     assert isinstance(st, ArrowDeviceArrayStream) and isinstance(end, ArrowDeviceArray)
 
 
+_RENAMES = (b"arrow_array", b"arrow_schema", b"arrow_array_stream", b"renamed")  # kept alive
+
+
+def test_export_capsules_renamed_are_freed_as_what_they_were_made():
+    """A capsule renamed before it is dropped is still freed as the struct it holds (one
+    destructor per struct kind, as for DLPack capsules: issue 18, class 8)."""
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    dl = asdlpack(bytearray(16))
+    ref = weakref.ref(dl)
+    schema, array = dl.__arrow_c_array__()
+    stream = dl.__arrow_c_stream__()
+    del dl
+    for capsule, name in zip((schema, array, stream), _RENAMES[:3], strict=True):
+        assert set_name(capsule, name) == 0
+    dl_schema = asdlpack(b"ab").__arrow_c_schema__()
+    assert set_name(dl_schema, _RENAMES[3]) == 0
+    del schema, array, stream, dl_schema, capsule
+    assert collected(ref)                   # the array and the stream released their holds
+
+
 def test_export_released_on_another_thread_without_the_gil():
     dl = asdlpack(bytearray(64))
     ref = weakref.ref(dl)
@@ -470,6 +491,12 @@ def test_pyarrow_nested_fixed_size_lists_both_offsets():
     assert dl.data_ptr == values.buffers()[1].address + 2 * (1 + 3 * (1 + 2 * 1))
 
 
+def _applied(shape, strides):
+    """The strides that reach an element: those of extents above 1 (the others are normalised
+    at import, docs/spec.md §7)."""
+    return tuple(s for n, s in zip(shape, strides, strict=True) if n > 1)
+
+
 @pytest.mark.parametrize("shape", [[2, 3], [3, 4, 5], [2, 1, 3, 2]])
 def test_pyarrow_fixed_shape_tensor_strides_as_pyarrow_gives_them(shape):
     """Every permutation: the view PyArrow's to_numpy_ndarray() and __dlpack__ give, or the
@@ -490,9 +517,11 @@ def test_pyarrow_fixed_shape_tensor_strides_as_pyarrow_gives_them(shape):
                 asdlpack(only(arr, "__arrow_c_array__"))
             continue
         got = np.from_dlpack(asdlpack(only(arr, "__arrow_c_array__")))
-        assert (got.shape, got.strides, got.ctypes.data) == (
-            ref.shape, ref.strides, ref.ctypes.data), perm
-        assert list(torch.from_dlpack(arr).stride()) == [s // 4 for s in got.strides]
+        assert (got.shape, _applied(got.shape, got.strides), got.ctypes.data) == (
+            ref.shape, _applied(ref.shape, ref.strides), ref.ctypes.data), perm
+        theirs = torch.from_dlpack(arr)
+        assert _applied(got.shape, [4 * s for s in theirs.stride()]) == _applied(
+            got.shape, got.strides)
 
 
 def test_pyarrow_fixed_shape_tensor_issue_example():

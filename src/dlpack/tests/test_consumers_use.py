@@ -139,8 +139,6 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(reason="issue 18 class 1: copies 256-byte aligned (trust-core's branch); "
-                          "until it lands TensorFlow may abort on the copy", strict=False)
 def test_tensorflow_kernel_on_legacy_private_copy():
     """Read-only data handed to TensorFlow (a legacy consumer) is a private, aligned copy that
     TensorFlow kernels compute on correctly, never the read-only memory itself."""
@@ -232,8 +230,6 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(reason="issue 18 class 2: the interface dict's '__ref' kept alive "
-                          "(trust-core's branch)", strict=False)
 def test_numpy_scalar_reads_after_gc_pressure():
     """A NumPy scalar's interface points into a temporary only its dict keeps alive: the
     bridged view must keep it (in a child: a dangling view may read anything)."""

@@ -1,0 +1,217 @@
+"""Memory safety with real consumers (issue 18; the hostile corpus has the refusals): copies
+aligned for the kernels that use them, what providers keep alive kept alive, deleters safe on
+any thread and at shutdown, interfaces that cannot be given absent (docs/spec.md §4–§7)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dlpack.ctypes as dlc
+from dlpack import asdlpack, todict
+from dlpack.tests.helpers import c_library, lib, run_clean
+
+
+def _child(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter that imports this pydlpack."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+# -- alignment: every copy starts on a 256-byte boundary -------------------------------------------
+
+def test_tensorflow_computes_on_bridge_copies():
+    """TensorFlow aborts (SIGABRT, IsAligned) on a tensor that is not 64-byte aligned: a
+    legacy export of read-only data is a copy, and TF's kernels run on it."""
+    lib("tensorflow")
+    run = _child("""
+        import os
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        import tensorflow as tf
+        from dlpack import asdlpack, todict
+        for i in range(150):
+            cap = asdlpack(tf.ones((3, 4)) * i).__dlpack__()
+            assert todict(cap)["data"] % 256 == 0
+            t = tf.experimental.dlpack.from_dlpack(cap)
+            assert ((t + 1).numpy() == i + 1).all(), i
+            assert float(tf.reduce_sum(t)) == 12 * i, i
+        print("ok")
+    """)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", (run.returncode, run.stderr[-3000:])
+
+
+def test_jax_alignment():
+    """JAX copies CPU data that is not 64-byte aligned; a bridge copy it takes as it is."""
+    np = lib("numpy")
+    jnp = lib("jax.numpy")
+    a = np.arange(12.0, dtype=np.float32).reshape(3, 4)[:, ::-1]
+    dl = asdlpack(a)
+    copies = []
+
+    class Copying:
+        """Hands JAX a copy=True export of dl, noting where the copy lives."""
+
+        def __dlpack_device__(self):
+            return dl.__dlpack_device__()
+
+        def __dlpack__(self, **kwargs):
+            capsule = dl.__dlpack__(**{**kwargs, "copy": True})
+            copies.append(todict(capsule)["data"])
+            return capsule
+
+    for _ in range(20):
+        x = jnp.from_dlpack(Copying())
+        assert copies[-1] % 256 == 0
+        assert x.unsafe_buffer_pointer() == copies[-1]          # JAX made no second copy
+        np.testing.assert_array_equal(np.asarray(x * 2 + 1), a * 2 + 1)
+
+
+def test_every_kind_of_copy_is_aligned(fake):
+    """Host copies of CUDA data (a fake driver), copy=True, legacy read-only exports, copies
+    for C receivers and the exchange API's allocator: data % 256 == 0, byte_offset 0."""
+    from dlpack.tests.test_cuda import _device_array
+
+    obj, _ = _device_array(fake, range(6), (2, 3))
+    strided, _ = _device_array(fake, range(12), (3, 2), strides=(8, 4))
+    capsules = [asdlpack(obj).__dlpack__(max_version=(1, 3), dl_device=(1, 0)),
+                asdlpack(strided).__dlpack__(dl_device=(1, 0), copy=True),
+                asdlpack(bytes(10)).__dlpack__(),
+                asdlpack(bytearray(10)).__dlpack__(max_version=(1, 0), copy=True)]
+    for capsule in capsules:
+        info = todict(capsule)
+        assert info["data"] % 256 == 0 and info["byte_offset"] == 0, info
+    p = dlc.to_pointer(b"abc", versioned=False)
+    assert p.contents.dl_tensor.data % 256 == 0
+    p.contents.deleter(p)
+
+
+# -- keep-alive: what the interface dict owns, the view owns --------------------------------------
+
+def test_numpy_scalars_survive_gc_pressure():
+    """NumPy (< 2.5) gives a scalar's __array_interface__ a temporary array that only the
+    dict's '__ref' entry owns; the view keeps it, through GC and heap churn."""
+    np = lib("numpy")
+    values = [np.float64(2.5), np.int16(-3), np.complex128(1 - 1j), np.float32(0.125)]
+    dls = [asdlpack(v) for v in values]
+    del values
+    gc.collect()
+    junk = [np.full(1, -1.0) for _ in range(10_000)]
+    del junk
+    got = [np.from_dlpack(dl) for dl in dls]
+    assert [g.item() for g in got] == [2.5, -3, 1 - 1j, 0.125]
+    assert float((got[0] + got[3]) * 4) == 10.5                 # NumPy computing on them
+
+
+# -- deleters: any thread, GIL or not, during and after shutdown ----------------------------------
+
+@pytest.fixture(scope="module")
+def late(tmp_path_factory):
+    return c_library("late_deleters.c", tmp_path_factory.mktemp("late"))[1]
+
+
+def test_deleter_on_a_c_thread_after_a_subinterpreter(late):
+    """PyGILState_Check answers 1 once a subinterpreter has existed; a thread Python never
+    saw calls the deleter, which frees the view and its provider."""
+    name = "_interpreters" if sys.version_info >= (3, 13) else "_xxsubinterpreters"
+    lib(name)
+    run_clean(f"""
+import ctypes, gc, importlib, weakref
+import dlpack.ctypes as dlc
+from dlpack import asdlpack
+interpreters = importlib.import_module({name!r})
+interpreters.destroy(interpreters.create())
+c = ctypes.CDLL({late!r})
+for versioned in (True, False):
+    for _ in range(50):
+        dl = asdlpack(bytearray(b"abcd"), allow_legacy_readonly=True)
+        gone = weakref.ref(dl)
+        p = dlc.to_pointer(dl, versioned=versioned)
+        del dl
+        if versioned:
+            assert c.delete_in_c_thread(ctypes.cast(p, ctypes.c_void_p)) == 0
+        else:
+            p.contents.deleter(p)        # ctypes drops the GIL around the call
+        assert gone() is None
+print("ok")
+""")
+
+
+def test_deleters_at_and_after_shutdown(late):
+    """A deleter called while the interpreter finalizes (by the finalizing thread: the
+    provider is released; by another thread: the reference is left) or after it has (from
+    an atexit handler) neither crashes nor touches Python."""
+    lib("numpy")
+    run = _child(f"""
+        import ctypes, os, time
+        import numpy as np
+        import dlpack.ctypes as dlc
+        from dlpack import asdlpack
+
+        # defined apart from this module's globals: a cycle through them would keep it alive
+        ns = {{"write": os.write}}
+        exec("class Provider(bytearray):\\n def __del__(self, write=write):\\n"
+             "  write(1, b'provider released\\\\n')", ns)
+        Provider = ns.pop("Provider")
+
+        class Slow:
+            def __del__(self, sleep=time.sleep):
+                sleep(0.2)         # finalization waits here, the GIL released
+
+        c = ctypes.CDLL({late!r})
+        is_initialized = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, ctypes.c_void_p)
+        kept = np.from_dlpack(asdlpack(Provider(b"abcd")))      # freed at module teardown
+        c.delete_at_exit(ctypes.cast(dlc.to_pointer(bytearray(8)), ctypes.c_void_p))
+        c.delete_during_shutdown(ctypes.cast(dlc.to_pointer(bytearray(8)), ctypes.c_void_p),
+                                 is_initialized)
+        slow = Slow()
+        print("exiting", flush=True)
+    """)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["exiting", "provider", "released"], run.stdout
+    assert "Fatal" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+
+
+# -- interfaces that cannot be given are absent --------------------------------------------------
+
+def _int4():
+    """A packed int4 view (no typestr, no PEP 3118 format) over 3 bytes."""
+    from dlpack.tests.hostile import dl_capsule
+
+    return asdlpack(dl_capsule(code=0, bits=4, shape=(5,)))
+
+
+def test_unavailable_array_interface_lets_numpy_fall_back():
+    np = lib("numpy")
+    dl = _int4()
+    assert not hasattr(dl, "__array_interface__")
+    assert not hasattr(dl, "__cuda_array_interface__")
+    with pytest.raises(BufferError, match="int4"):
+        memoryview(dl)
+    a = np.asarray(dl)                   # no interface, no buffer: NumPy wraps the object
+    assert a.dtype == object and a.shape == () and a.item() is dl
+
+
+def test_unavailable_cuda_array_interface_is_absent(fake):
+    lanes = asdlpack(_cuda_lanes(fake.device_array(bytes(32), device=1)))
+    assert not hasattr(lanes, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match="__cuda_array_interface__: dtype float32x4"):
+        lanes.__cuda_array_interface__          # noqa: B018
+
+
+def _cuda_lanes(ptr):
+    """A DLPack capsule of float32x4 data at ptr, on CUDA:1 (the fake driver's device memory)."""
+    from dlpack.tests.hostile import KEEP, capsule, managed
+
+    m = managed(code=2, bits=32, lanes=4, shape=(2,), device=(2, 1))
+    m.dl_tensor.data = ptr
+    KEEP.append(m)
+    return capsule(ctypes.addressof(m), b"dltensor_versioned")
