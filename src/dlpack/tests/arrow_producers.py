@@ -13,7 +13,7 @@ import ctypes
 import struct
 from dataclasses import dataclass, field
 
-from dlpack.check_arrow import (
+from dlpack.tools.check_arrow import (
     ArrayRelease,
     ArrowArray,
     ArrowArrayStream,

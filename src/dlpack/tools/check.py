@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 import dlpack.ctypes as dlc
-from dlpack import check_arrow
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -55,7 +54,8 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
-from dlpack.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
+from dlpack.tools import check_arrow
+from dlpack.tools.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
 
 SCHEMA = "pydlpack-check/1"
 VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
@@ -238,7 +238,7 @@ class Subject:
         self.refusal: str | None = None     # what __dlpack__ raised on a plain request
         self.legacy_refusal: BufferError | None = None
         self._alive: list = []       # capsules whose structs a rule is still reading
-        self.arrow: Any = None       # the Arrow rules' checker (dlpack.check_arrow), made once
+        self.arrow: Any = None       # the Arrow rules' checker (tools.check_arrow), made once
 
     def state(self) -> dict:
         """What later rules need from basic-export, for a child that resumes after a crash."""
@@ -758,28 +758,28 @@ def exchange_api(s: Subject) -> str:
             "READ_ONLY as __dlpack__")
 
 
-def _arrow_rule(name: str) -> Callable[[Subject], str]:
-    """An Arrow rule of dlpack.check_arrow, graded here like every other rule."""
+def _arrow_rule(grade_rule: Callable[[check_arrow.ArrowChecker], str]
+                ) -> Callable[[Subject], str]:
+    """An Arrow rule of dlpack.tools.check_arrow, graded here like every other rule."""
     def grade_arrow(s: Subject) -> str:
         if s.arrow is None:
             if s.bare or not check_arrow.speaks_arrow(s.obj):
                 raise _NA("the producer speaks no Arrow PyCapsule interface")
             s.arrow = check_arrow.ArrowChecker(s.factory)
         try:
-            return getattr(s.arrow, "rule_" + name.replace("-", "_"))()
+            return grade_rule(s.arrow)
         except check_arrow.Fail as e:
             raise _Fail(str(e)) from None
         except check_arrow.NA as e:
             raise _NA(str(e)) from None
         finally:
             gc.collect()
-    method = getattr(check_arrow.ArrowChecker, "rule_" + name.replace("-", "_"))
-    grade_arrow.__doc__ = method.__doc__
+    grade_arrow.__doc__ = grade_rule.__doc__
     return grade_arrow
 
 
-for _name in check_arrow.RULES:
-    rule(_name, needs_export=False)(_arrow_rule(_name))
+for _name, _grade in check_arrow.RULES.items():
+    rule(_name, needs_export=False)(_arrow_rule(_grade))
 
 
 # -- running the rules ---------------------------------------------------------------------------
@@ -806,7 +806,7 @@ def load(spec: str) -> Callable[[], object]:
     """``MODULE:FACTORY`` → the factory."""
     module, sep, factory = spec.partition(":")
     if not sep or not module or not factory:
-        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack._check_factories:numpy)")
+        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack.tools.producers:numpy)")
     return getattr(importlib.import_module(module), factory)
 
 
@@ -884,7 +884,7 @@ def check_isolated(spec: str) -> Iterator[Result]:
     while start < len(RULES):
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "dlpack.check", "--worker", spec, str(start),
+                [sys.executable, "-m", "dlpack.tools.check", "--worker", spec, str(start),
                  json.dumps(state)], stdout=subprocess.PIPE, stderr=log,
                 stdin=subprocess.DEVNULL, env=_child_env(), text=True, encoding="utf-8",
                 errors="replace")
@@ -988,7 +988,7 @@ def main(argv: list[str] | None = None) -> int:
             "evidence. Each producer runs in a child process: one that crashes its consumer "
             "fails the rule that was running.", width)))
     parser.add_argument("factory", nargs="+", metavar="MODULE:FACTORY",
-                        help="e.g. dlpack._check_factories:numpy")
+                        help="e.g. dlpack.tools.producers:numpy")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output (schema in docs/check.md)")
     args = parser.parse_args(argv)
