@@ -22,7 +22,7 @@ import ctypes as _ctypes
 import sys
 
 from dlpack import _types
-from dlpack._types import DLDeviceType
+from dlpack._types import DLDeviceType, Refusal
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
@@ -69,10 +69,10 @@ cdef inline bint _known_device(int32_t device_type) noexcept nogil:
 
 
 cdef int _unknown_device(str protocol, DLDevice dev) except -1:
-    raise BufferError(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
-                      f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
-                      f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
-                      "DLPack")
+    raise Refusal(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
+                  f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
+                  f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
+                  "DLPack")
 
 
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
@@ -236,8 +236,9 @@ cdef class DLPackObject:
     cdef bint _managed_versioned
     cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
-    cdef bint _plain_versioned          # __dlpack__() without max_version gives a versioned
-                                        # capsule (0.2.1's impl_cls; docs/migration.md)
+    # __dlpack__() without max_version gives a versioned capsule (0.2.1's impl_cls;
+    # docs/migration.md).
+    cdef bint _plain_versioned
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
@@ -276,8 +277,8 @@ cdef class DLPackObject:
 
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
         if ndim < 0 or ndim > MAX_NDIM:
-            raise BufferError(f"{protocol}: field 'ndim' = {ndim} is out of range "
-                              f"(0 to {MAX_NDIM})")
+            raise Refusal(f"{protocol}: field 'ndim' = {ndim} is out of range "
+                          f"(0 to {MAX_NDIM})")
         if ndim > INLINE_DIMS:
             self.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
             if self.dl.shape == NULL:
@@ -304,7 +305,7 @@ cdef class DLPackObject:
         cdef SizeError err = _item_storage(self.dl.dtype, self._flags & FLAG_SUBBYTE_PADDED,
                                            &isz, &packed)
         if err:
-            raise BufferError(_size_message(protocol, err, self.dl.dtype))
+            raise Refusal(_size_message(protocol, err, self.dl.dtype))
         if not _known_device(self.dl.device.device_type):
             _unknown_device(protocol, self.dl.device)
         if self.dl.device.device_type == kDLCPU:
@@ -313,7 +314,7 @@ cdef class DLPackObject:
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
         if err:
-            raise BufferError(_size_message(protocol, err, self.dl.dtype, self.shape))
+            raise Refusal(_size_message(protocol, err, self.dl.dtype, self.shape))
         self._isz = isz
         if given == STRIDES_C or self._count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
@@ -325,7 +326,7 @@ cdef class DLPackObject:
                 if self.dl.shape[i] == 1:
                     continue                    # normalised below
                 if packed or self.dl.strides[i] % isz:
-                    raise BufferError(
+                    raise Refusal(
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
                         f"{self.dl.strides[i]} is not a multiple of the item size {isz} "
                         "(a field of a structured array?)")
@@ -343,11 +344,11 @@ cdef class DLPackObject:
                 f = False
             expect *= self.dl.shape[i]
         if packed and not c:
-            raise BufferError(f"{protocol}: field 'strides' = {self.strides}: a packed "
-                              f"{self.dtype.name} array must be C-contiguous (elements share "
-                              "bytes)")
+            raise Refusal(f"{protocol}: field 'strides' = {self.strides}: a packed "
+                          f"{self.dtype.name} array must be C-contiguous (elements share "
+                          "bytes)")
         if self.dl.data == NULL:
-            raise BufferError(f"{protocol}: field 'data' is NULL for a non-empty array")
+            raise Refusal(f"{protocol}: field 'data' is NULL for a non-empty array")
         if packed:
             hi = self._nbytes
         else:
@@ -355,15 +356,15 @@ cdef class DLPackObject:
                 if (_mul_ovf(self.dl.shape[i] - 1, self.dl.strides[i], &step)
                         or _mul_ovf(step, isz, &step)
                         or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
-                    raise BufferError(self._reach_message(protocol, "the address space"))
+                    raise Refusal(self._reach_message(protocol, "the address space"))
             if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
-                raise BufferError(self._reach_message(protocol, "the address space"))
+                raise Refusal(self._reach_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
-            raise BufferError(self._reach_message(protocol, "the address space"))
+            raise Refusal(self._reach_message(protocol, "the address space"))
         if bound >= 0 and (_add_ovf(offset, lo, &end) or end < 0
                            or _add_ovf(offset, hi, &end) or end > bound):
-            raise BufferError(self._reach_message(
+            raise Refusal(self._reach_message(
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
         self._c_contig = c
         self._f_contig = f
@@ -587,18 +588,11 @@ cdef bint _is_numpy_ndarray(type t):
         t.__flags__ & Py_TPFLAGS_HEAPTYPE)
 
 
-cdef tuple _PROTOCOL_NAMES = (
-    "__dlpack__", "DLPack capsule", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
-    "__array_interface__", "__array_struct__", "buffer protocol", "ctypes pointer",
-    "CUDA driver", "asdlpack", "__arrow_c_device_array__", "__arrow_c_array__",
-    "__arrow_c_stream__")
-
-
 cdef BaseException _as_refusal(str protocol, BaseException e):
-    """A protocol's refusal as BufferError naming the protocol (ours already say one)."""
-    if isinstance(e, BufferError) and str(e).startswith(_PROTOCOL_NAMES):
+    """A protocol's refusal as a Refusal naming the protocol (ours already are one)."""
+    if isinstance(e, Refusal):
         return e
-    r = BufferError(f"{protocol}: {type(e).__name__}: {e}")
+    r = Refusal(f"{protocol}: {type(e).__name__}: {e}")
     r.__cause__ = e
     return r
 
@@ -645,7 +639,7 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
             fmt = b"B" if r._view.format == NULL else <bytes>r._view.format
             if fmt.lstrip(b"@=<>!") not in (b"B", b"c"):
                 continue
-            raise BufferError(
+            raise Refusal(
                 f"buffer protocol: format {fmt.decode('latin-1')!r} would give the elements "
                 f"as untyped bytes, but {refused} refused this {type(obj).__qualname__} as "
                 "typed elements; no fallback may change the elements. Convert it to a type "
@@ -655,7 +649,7 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
         except BufferError:
             code = bits = -1                   # a type DLPack cannot carry: nothing agrees
         if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
-            raise BufferError(
+            raise Refusal(
                 f"{protocol}: would give the elements as {r.dtype.name}, but {refused} typed "
                 f"them as 'typestr' = {_types._shown(claim)} and refused; no fallback may "
                 "change the elements. Convert the data to a type DLPack carries first"
@@ -755,8 +749,8 @@ cdef DLPackObject _dispatch(object obj):
     if len(refusals) == 1:
         raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
-    raise BufferError(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
-                      f"refused:\n{lines}") from refusals[-1][1]
+    raise Refusal(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
+                  f"refused:\n{lines}") from refusals[-1][1]
 
 
 def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,

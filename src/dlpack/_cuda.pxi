@@ -99,7 +99,7 @@ _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVI
                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER]
 
 
-class CudaError(BufferError):
+class CudaError(Refusal):
     """A CUDA driver call failed, or there is no driver."""
 
 
@@ -525,20 +525,20 @@ cdef int _stream_int(object stream, str what, uintptr_t *out) except -1:
     argument in refusals. The value is taken with __index__ before any comparison, so an int
     subclass whose == lies cannot pass 0 (ambiguous) as something else."""
     if type(stream) is bool:
-        raise BufferError(f"{what} = {stream!r} is not None or an int")
+        raise Refusal(f"{what} = {stream!r} is not None or an int")
     try:
         value = PyNumber_Index(stream)
     except TypeError:
-        raise BufferError(f"{what} = {stream!r} is not None or an int") from None
+        raise Refusal(f"{what} = {stream!r} is not None or an int") from None
     if value == -1:
         return 0
     if value == 0:
-        raise BufferError(f"{what} = 0 is disallowed for CUDA (ambiguous); pass 1 for the "
-                          "legacy default stream or 2 for per-thread")
+        raise Refusal(f"{what} = 0 is disallowed for CUDA (ambiguous); pass 1 for the "
+                      "legacy default stream or 2 for per-thread")
     try:
         out[0] = value
     except OverflowError:
-        raise BufferError(f"{what} = {stream!r} is not a CUDA stream handle") from None
+        raise Refusal(f"{what} = {stream!r} is not a CUDA stream handle") from None
     return 1
 
 

@@ -55,7 +55,7 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     cdef uint64_t flags = 0
     cdef uintptr_t data
     if m == NULL:
-        raise BufferError(f"{protocol}: the managed tensor pointer is NULL")
+        raise Refusal(f"{protocol}: the managed tensor pointer is NULL")
     self = _new_object()
     self._managed = m                   # from here on, dropping self calls the deleter once
     self._managed_versioned = versioned
@@ -65,9 +65,9 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     if versioned:
         version = (<DLManagedTensorVersioned *>m).version
         if version.major > DLPACK_MAJOR:
-            raise BufferError(f"{protocol}: field 'version' = {version.major}."
-                              f"{version.minor} has a newer major version than this pydlpack "
-                              f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
+            raise Refusal(f"{protocol}: field 'version' = {version.major}."
+                          f"{version.minor} has a newer major version than this pydlpack "
+                          f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
         t = (<DLManagedTensorVersioned *>m).dl_tensor
         flags = (<DLManagedTensorVersioned *>m).flags
     else:
@@ -80,8 +80,8 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
         self._legacy_import = True
     data = <uintptr_t>t.data
     if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
-        raise BufferError(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
-                          f"pointer {data:#x} outside the address space")
+        raise Refusal(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
+                      f"pointer {data:#x} outside the address space")
     self.dl.data = <void *>(data + t.byte_offset)
     self.dl.device = t.device
     self.dl.dtype = t.dtype
@@ -94,7 +94,7 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
 cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
     """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
     if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+        raise Refusal(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
     self._alloc_dims(t.ndim, protocol)
     if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
         memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
@@ -106,8 +106,9 @@ cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -
 # -- the export block: one allocation per exported tensor ---------------------------------------
 
 cdef enum:
-    DATA_ALIGN = 256        # data pydlpack allocates starts on this boundary (TensorFlow aborts
-                            # on data not 64-byte aligned; JAX copies it)
+    # Data pydlpack allocates starts on this boundary (TensorFlow aborts on data not 64-byte
+    # aligned; JAX copies it).
+    DATA_ALIGN = 256
 
 
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
@@ -126,8 +127,9 @@ cdef inline char *_data_start(char *block, size_t data_at) noexcept nogil:
 
 cdef enum Export:
     EXPORT_VIEW             # the tensor views self's memory and holds self
-    EXPORT_HOST_COPY        # the data is a copy inside the block (filled from host memory here;
-                            # from device memory by the caller, _fill_from_device)
+    # The data is a copy inside the block (filled from host memory here; from device memory by
+    # the caller, _fill_from_device).
+    EXPORT_HOST_COPY
     EXPORT_DEVICE_COPY      # the data is owner's device memory (a _DeviceMemory it holds)
 
 

@@ -19,8 +19,8 @@ cdef uintptr_t _address_arg(object address) except? 0:
                         "object pass ctypes.addressof(obj), for a ctypes pointer "
                         "ctypes.cast(p, ctypes.c_void_p).value") from None
     if a < 0 or a > top:
-        raise BufferError(f"from_address: address = {a} is outside the address space "
-                          f"(0 to {top})")
+        raise Refusal(f"from_address: address = {a} is outside the address space "
+                      f"(0 to {top})")
     return a
 
 
@@ -41,17 +41,17 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
         raise TypeError(f"from_address: device = {device!r:.80} is not a (DLDeviceType, id) "
                         "pair of ints, e.g. (dlpack.DLDeviceType.kDLCPU, 0)") from None
     if dt not in _DEVICE_TYPES:
-        raise BufferError(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
+        raise Refusal(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
     if did < 0 or did > INT32_MAX:
-        raise BufferError(f"from_address: device = {device!r:.80}: the id {did} is not a device "
-                          "ordinal (0 and up)")
+        raise Refusal(f"from_address: device = {device!r:.80}: the id {did} is not a device "
+                      "ordinal (0 and up)")
     dev.device_type = dt
     dev.device_id = did
     if _cuda_kind(dev.device_type) and address != 0:
         _cu_pointer_device(address, &found)
         if found.device_type != dev.device_type or found.device_id != dev.device_id:
-            raise BufferError(f"from_address: device = {_device_name(dev)}, but the CUDA driver "
-                              f"says address {address:#x} is on {_device_name(found)}")
+            raise Refusal(f"from_address: device = {_device_name(dev)}, but the CUDA driver "
+                          f"says address {address:#x} is on {_device_name(found)}")
     return dev
 
 
@@ -75,8 +75,8 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     shape_t = _ai_sequence(protocol, "shape", shape)
     strides_t = None if strides is None else _ai_sequence(protocol, "strides", strides)
     if strides_t is not None and len(strides_t) != len(shape_t):
-        raise BufferError(f"from_address: field 'strides' = {strides_t!r:.80} has "
-                          f"{len(strides_t)} entries for the {len(shape_t)} of 'shape'")
+        raise Refusal(f"from_address: field 'strides' = {strides_t!r:.80} has "
+                      f"{len(strides_t)} entries for the {len(shape_t)} of 'shape'")
     code, bits, lanes, flags = _types.dtype_fields(protocol, dtype)
     cdef DLDevice dev = _device_arg(device, a)
     self = _new_object()

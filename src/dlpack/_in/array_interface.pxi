@@ -70,8 +70,8 @@ cdef tuple _typestr(str protocol, object obj, str typestr, object descr):
         field = _ml_field(descr)
         if field is None:
             raise
-        raise BufferError(f"{e}. A field named {field!r} does not make it {field}: view the "
-                          f"array as that type first (numpy: a.view(ml_dtypes.{field}))") from None
+        raise Refusal(f"{e}. A field named {field!r} does not make it {field}: view the "
+                      f"array as that type first (numpy: a.view(ml_dtypes.{field}))") from None
     if name is None and len(_TYPESTRS) < 256:      # leading zeros make endless valid spellings
         _TYPESTRS[typestr] = parsed
     return parsed
@@ -89,7 +89,7 @@ cdef str _ml_field(object descr):
 cdef tuple _ai_sequence(str protocol, str field, object value):
     """A snapshot of a shape or strides sequence (tuple or list)."""
     if not isinstance(value, (tuple, list)):
-        raise BufferError(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
+        raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
     return tuple(value)
 
 
@@ -98,8 +98,8 @@ cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -
     try:
         return PyNumber_Index(v)
     except (TypeError, OverflowError):
-        raise BufferError(f"{protocol}: field '{field}' = {seq!r} holds {v!r}, which is not an "
-                          "int of at most 64 bits") from None
+        raise Refusal(f"{protocol}: field '{field}' = {seq!r} holds {v!r}, which is not an "
+                      "int of at most 64 bits") from None
 
 
 cdef int _ai_pointer(DLPackObject self, str protocol, object data) except -1:
@@ -109,24 +109,24 @@ cdef int _ai_pointer(DLPackObject self, str protocol, object data) except -1:
     """
     data = PyTuple_GetSlice(data, 0, PyTuple_GET_SIZE(data))
     if len(data) != 2:
-        raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
+        raise Refusal(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     try:
         address = PyNumber_Index(data[0])
     except TypeError:
-        raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is not an "
-                          "int") from None
+        raise Refusal(f"{protocol}: field 'data' = {data!r}: the address is not an "
+                      "int") from None
     try:
         self.dl.data = <void *><uintptr_t>address
     except OverflowError:
-        raise BufferError(f"{protocol}: field 'data' = {data!r}: the address is out of "
-                          "range") from None
+        raise Refusal(f"{protocol}: field 'data' = {data!r}: the address is out of "
+                      "range") from None
     flag = data[1]
     try:
         readonly = bool(flag)
     except Exception as e:
-        raise BufferError(f"{protocol}: field 'data' = (address, readonly): the read-only flag, "
-                          f"a {type(flag).__name__} object, has no truth value "
-                          f"({type(e).__name__}: {e}); give True or False") from e
+        raise Refusal(f"{protocol}: field 'data' = (address, readonly): the read-only flag, "
+                      f"a {type(flag).__name__} object, has no truth value "
+                      f"({type(e).__name__}: {e}); give True or False") from e
     if readonly:
         self._flags |= FLAG_READ_ONLY
     return 0
@@ -141,17 +141,17 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     try:
         offset = PyNumber_Index(offset)
     except TypeError:
-        raise BufferError(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
+        raise Refusal(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
     try:
         PyObject_GetBuffer(source, &self._view, PyBUF_SIMPLE)
     except (BufferError, TypeError, ValueError) as e:
-        raise BufferError(f"{protocol}: field 'data' = {type(source).__name__} object gives no "
-                          "C-contiguous buffer; pass a contiguous one or an (address, readonly) "
-                          "tuple") from e
+        raise Refusal(f"{protocol}: field 'data' = {type(source).__name__} object gives no "
+                      "C-contiguous buffer; pass a contiguous one or an (address, readonly) "
+                      "tuple") from e
     self._has_view = True
     if offset < 0 or offset > self._view.len:
-        raise BufferError(f"{protocol}: field 'offset' = {offset} lies outside the "
-                          f"{self._view.len}-byte buffer given in 'data'")
+        raise Refusal(f"{protocol}: field 'offset' = {offset} lies outside the "
+                      f"{self._view.len}-byte buffer given in 'data'")
     self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>offset)  # buf may be NULL
     if self._view.readonly:
         self._flags |= FLAG_READ_ONLY
@@ -169,26 +169,26 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     elif isinstance(ai, _Mapping):
         d = dict(ai)
     else:
-        raise BufferError(f"{protocol} = {type(ai).__name__} object is not a dict")
+        raise Refusal(f"{protocol} = {type(ai).__name__} object is not a dict")
     version = d.get("version", (_CAI_VERSIONS if cuda else _AI_VERSIONS)[-1])
     if version not in (_CAI_VERSIONS if cuda else _AI_VERSIONS):
-        raise BufferError(f"{protocol}: field 'version' = {version!r} is not one of "
-                          f"{_CAI_VERSIONS if cuda else _AI_VERSIONS}")
+        raise Refusal(f"{protocol}: field 'version' = {version!r} is not one of "
+                      f"{_CAI_VERSIONS if cuda else _AI_VERSIONS}")
     if d.get("mask") is not None:
-        raise BufferError(f"{protocol}: field 'mask' is set; masked arrays cannot be exchanged "
-                          "(fill or compress the masked values first)")
+        raise Refusal(f"{protocol}: field 'mask' is set; masked arrays cannot be exchanged "
+                      "(fill or compress the masked values first)")
     typestr = d.get("typestr")
     if type(typestr) is not str:
-        raise BufferError(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as "
-                          "'<f4'")
+        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as "
+                      "'<f4'")
     code, bits, flags = _typestr(protocol, obj, typestr, d.get("descr"))
     shape = _ai_sequence(protocol, "shape", d.get("shape"))
     strides = d.get("strides")
     if strides is not None:
         strides = _ai_sequence(protocol, "strides", strides)
         if len(strides) != len(shape):
-            raise BufferError(f"{protocol}: field 'strides' = {strides!r} has {len(strides)} "
-                              f"entries for the {len(shape)} of 'shape' = {shape!r}")
+            raise Refusal(f"{protocol}: field 'strides' = {strides!r} has {len(strides)} "
+                          f"entries for the {len(shape)} of 'shape' = {shape!r}")
         given = STRIDES_BYTES
     data = d.get("data")
     self = _new_object()
@@ -206,7 +206,7 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     if isinstance(data, tuple):
         _ai_pointer(self, protocol, data)
     elif cuda:
-        raise BufferError(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
+        raise Refusal(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     else:
         try:
             offset = _ai_buffer(self, protocol, obj if data is None else data,
@@ -235,8 +235,8 @@ cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
     cdef int i
     if stream is not None:
         if not _stream_int(stream, "__cuda_array_interface__: field 'stream'", &handle):
-            raise BufferError("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
-                              "use None when no synchronisation is needed")
+            raise Refusal("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
+                          "use None when no synchronisation is needed")
         self._stream = handle
     for i in range(self.dl.ndim):
         if self.dl.shape[i] == 0:

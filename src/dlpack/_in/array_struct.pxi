@@ -33,21 +33,21 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
     cdef int i
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
+        raise Refusal(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
     self = _new_object()
     self._keep = capsule                # and whatever the capsule keeps alive
     s = (<PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule)))[0]
     if s.two != 2:
-        raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "
-                          "(not a PyArrayInterface)")
+        raise Refusal(f"__array_struct__: field 'two' = {s.two}, expected 2 "
+                      "(not a PyArrayInterface)")
     if s.nd < 0 or s.nd > MAX_NDIM:
-        raise BufferError(f"__array_struct__: field 'nd' = {s.nd} is out of range "
-                          f"(0 to {MAX_NDIM})")
+        raise Refusal(f"__array_struct__: field 'nd' = {s.nd} is out of range "
+                      f"(0 to {MAX_NDIM})")
     if s.nd > 0 and s.shape == NULL:
-        raise BufferError(f"__array_struct__: field 'shape' is NULL for nd = {s.nd}")
+        raise Refusal(f"__array_struct__: field 'shape' is NULL for nd = {s.nd}")
     if s.itemsize <= 0 or s.itemsize > 32:
-        raise BufferError(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
-                          "of a type DLPack can carry (1 to 32 bytes)")
+        raise Refusal(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
+                      "of a type DLPack can carry (1 to 32 bytes)")
     kind = <unsigned char>s.typekind
     self._alloc_dims(s.nd, "__array_struct__")
     for i in range(s.nd):
@@ -56,8 +56,8 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
             self.dl.strides[i] = s.strides[i]
     if not _kind_dtype(kind, s.itemsize, &self.dl.dtype):
         if kind < 0x21 or kind > 0x7E:
-            raise BufferError(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
-                              "typekind character")
+            raise Refusal(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
+                          "typekind character")
         typestr = f"|{chr(kind)}{s.itemsize}"
         code, bits, flags = _types.parse_typestr(
             "__array_struct__", typestr, _ml_name(obj, typestr))
@@ -66,11 +66,11 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
         self.dl.dtype.lanes = 1
         self._flags = flags
     if s.itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
-        raise BufferError("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
-                          "non-native byte order; byte-swap it first")
+        raise Refusal("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
+                      "non-native byte order; byte-swap it first")
     if not s.flags & ARR_ALIGNED:
-        raise BufferError("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
-                          "cannot be exchanged through DLPack")
+        raise Refusal("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
+                      "cannot be exchanged through DLPack")
     if not s.flags & ARR_WRITEABLE:
         self._flags |= FLAG_READ_ONLY
     self.dl.data = s.data

@@ -63,21 +63,22 @@ cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) ex
             code = kDLBool
         elif c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q' or c == b'n':
             code = kDLInt
-        elif c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N' or c == b'c':
+        elif (c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N'
+              or c == b'c'):
             code = kDLUInt
         elif c == b'e' or c == b'f' or c == b'd':
             code = kDLFloat
     if code < 0:
-        raise BufferError(_format_refusal(fmt))
+        raise Refusal(_format_refusal(fmt))
     if not _width_fits(c, cplx, itemsize):
-        raise BufferError(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
-                          f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
-                          f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
-                          "(a ctypes union or packed structure), which DLPack cannot carry; "
-                          "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
+        raise Refusal(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
+                      f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
+                      f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
+                      "(a ctypes union or packed structure), which DLPack cannot carry; "
+                      "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
     if itemsize > 1 and not _native_order(order):
-        raise BufferError(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
-                          "non-native byte order; byte-swap the data first")
+        raise Refusal(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
+                      "non-native byte order; byte-swap the data first")
     out.code = code
     out.bits = <uint8_t>(itemsize * 8)
     out.lanes = 1
@@ -138,8 +139,8 @@ cdef DLPackObject _from_buffer(object obj):
     try:
         PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
     except (BufferError, TypeError, ValueError) as e:
-        raise BufferError(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
-                          f"strides and format: {type(e).__name__}: {e}") from e
+        raise Refusal(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
+                      f"strides and format: {type(e).__name__}: {e}") from e
     self._has_view = True
     try:
         _read_buffer(self, obj)
@@ -154,12 +155,12 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     cdef int i
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
     if v.ndim > 0 and v.shape == NULL:
-        raise BufferError(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
+        raise Refusal(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
     if v.suboffsets != NULL:
         for i in range(v.ndim):
             if v.suboffsets[i] >= 0:
-                raise BufferError("buffer protocol: field 'suboffsets' is set; indirect "
-                                  "(PIL-style) buffers cannot be described by DLPack")
+                raise Refusal("buffer protocol: field 'suboffsets' is set; indirect "
+                              "(PIL-style) buffers cannot be described by DLPack")
     self._alloc_dims(v.ndim, "buffer protocol")
     for i in range(v.ndim):
         self.dl.shape[i] = v.shape[i]
@@ -172,6 +173,6 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     self._base = obj
     self._finish("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
     if v.len != self._nbytes:
-        raise BufferError(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
-                          f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
+        raise Refusal(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
+                      f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
     return 0

@@ -8,7 +8,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
     cdef const char *name
     cdef void *m
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(_not_a_capsule(capsule))
+        raise Refusal(_not_a_capsule(capsule))
     name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         m = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
@@ -18,7 +18,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
         m = PyCapsule_GetPointer(capsule, b"dltensor")
         PyCapsule_SetName(capsule, b"used_dltensor")
         return _adopt(m, False, base, "DLPack capsule")
-    raise BufferError(_capsule_name_refusal(name))
+    raise Refusal(_capsule_name_refusal(name))
 
 
 cdef str _not_a_capsule(object value):
@@ -84,8 +84,8 @@ cdef DLPackObject _from_torch(object t):
     cdef DLPackObject self
     cdef int32_t device_type
     if t.is_neg():
-        raise BufferError("__dlpack__: the torch tensor has its negative bit set, and torch "
-                          "exports it without negating the values; call t.resolve_neg() first")
+        raise Refusal("__dlpack__: the torch tensor has its negative bit set, and torch "
+                      "exports it without negating the values; call t.resolve_neg() first")
     if _torch_api != NULL and type(t) is _torch_tensor and not t.requires_grad:
         try:
             _torch_api.managed_tensor_from_py_object_no_sync(<void *>t, &m)
@@ -145,7 +145,7 @@ cdef DLPackObject _from_ctypes_pointer(object p):
                         "to dlpack.ctypes.DLManagedTensor or DLManagedTensorVersioned")
     cdef uintptr_t address = _ctypes.cast(p, _ctypes.c_void_p).value or 0
     if address == 0:
-        raise BufferError("ctypes pointer: it is NULL (or its tensor was taken already)")
+        raise Refusal("ctypes pointer: it is NULL (or its tensor was taken already)")
     _ctypes.c_void_p.from_address(_ctypes.addressof(p)).value = None
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
@@ -164,10 +164,10 @@ cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint
     if version != NULL:
         v = version[0]
     if t.ndim < 0 or t.ndim > MAX_NDIM:
-        raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
-                          f"(0 to {MAX_NDIM})")
+        raise Refusal(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
+                      f"(0 to {MAX_NDIM})")
     if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+        raise Refusal(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
     if t.ndim > 0:
         dims = <int64_t *>malloc(2 * t.ndim * sizeof(int64_t))
         if dims == NULL:
@@ -185,8 +185,8 @@ cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint
             "dtype": (_types.DLDataTypeCode(t.dtype.code) if t.dtype.code <= 17
                       else t.dtype.code, t.dtype.bits, t.dtype.lanes),
             "shape": tuple([dims[i] for i in range(t.ndim)]),
-            "strides": None if t.strides == NULL
-                       else tuple([dims[t.ndim + i] for i in range(t.ndim)]),
+            "strides": (None if t.strides == NULL
+                        else tuple([dims[t.ndim + i] for i in range(t.ndim)])),
             "byte_offset": t.byte_offset,
         })
     finally:
@@ -197,7 +197,7 @@ cdef object _capsule_dict(object capsule):
     """todict of a capsule: its struct read (not consumed) through one snapshot."""
     cdef DLManagedTensorVersioned mv
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(_not_a_capsule(capsule))
+        raise Refusal(_not_a_capsule(capsule))
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = (<DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned"))[0]
         if mv.version.major > DLPACK_MAJOR:
@@ -207,4 +207,4 @@ cdef object _capsule_dict(object capsule):
     if PyCapsule_IsValid(capsule, b"dltensor"):
         return _tensor_dict(&(<DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor"))
                             .dl_tensor, NULL, 0, "DLPack capsule")
-    raise BufferError(_capsule_name_refusal(PyCapsule_GetName(capsule)))
+    raise Refusal(_capsule_name_refusal(PyCapsule_GetName(capsule)))

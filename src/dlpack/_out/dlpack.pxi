@@ -1,5 +1,6 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
-# dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (docs/spec.md §10).
+# dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data
+# (docs/spec.md §10).
 # The export block, its deleters and the capsule destructors live in _own.pxi.
 from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
@@ -56,8 +57,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     elif device_type == kDLROCM and stream is not None:
         _rocm_order(self, stream)
     elif stream is not None:
-        raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
-                          f"{_device_name(self.dl.device)}")
+        raise Refusal(f"__dlpack__: stream = {stream!r} must be None for data on "
+                      f"{_device_name(self.dl.device)}")
     block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
     if do_copy and not _host_accessible(device_type):
         _fill_from_device(self, block, versioned)
@@ -72,12 +73,12 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
             raise TypeError
         value = PyNumber_Index(stream)
     except TypeError:
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int") from None
+        raise Refusal(f"__dlpack__: stream = {stream!r} is not None or an int") from None
     if value == -1:
         return 0
     if self._resync is None:
-        raise BufferError(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
-                          "streams for this provider; pass stream=None or -1")
+        raise Refusal(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
+                      "streams for this provider; pass stream=None or -1")
     self._resync.__dlpack__(stream=value)      # the provider orders itself; capsule dropped
     return 0
 
@@ -89,7 +90,7 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
     if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
             and not self._legacy_readonly):
         if copy is not None:
-            raise BufferError(
+            raise Refusal(
                 "__dlpack__: the data is read-only and this consumer asked for a legacy "
                 "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
                 "that passes max_version >= (1, 0), allow a copy, or opt in with "
@@ -97,9 +98,9 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
         do_copy = True
     if do_copy and not _host_accessible(self.dl.device.device_type) and (
             self.dl.device.device_type != kDLCUDA):
-        raise BufferError(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
-                          "in place is not supported; ask for a host copy with "
-                          f"dl_device=({kDLCPU}, 0)")
+        raise Refusal(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
+                      "in place is not supported; ask for a host copy with "
+                      f"dl_device=({kDLCPU}, 0)")
     return do_copy
 
 
@@ -129,8 +130,8 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
                         "(device_type, device_id) tuple or list of two ints") from None
     if out.device_type == kDLCPU and out.device_id != 0:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
-                          f"({kDLCPU}, 0); no other kDLCPU id names a device")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
+                      f"({kDLCPU}, 0); no other kDLCPU id names a device")
     if out.device_type == here.device_type and out.device_id == here.device_id:
         return 0
     if out.device_type == kDLCPU and (_host_accessible(here.device_type)
@@ -138,14 +139,14 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         pass
     elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
         if out.device_id < 0:
-            raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
+            raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
     else:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
-                          f"{_device_name(here)} there (pydlpack copies between the host and "
-                          "a GPU, not between GPUs)")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
+                      f"{_device_name(here)} there (pydlpack copies between the host and "
+                      "a GPU, not between GPUs)")
     if copy is False:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
-                          f"{_device_name(here)}, but copy=False")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
+                      f"{_device_name(here)}, but copy=False")
     return 0
 
 
@@ -157,8 +158,8 @@ cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
                                               self.dl.device.device_id, &current) != 0:
             if PyErr_Occurred():
                 return -1
-            raise BufferError("__dlpack_c_exchange_api__: the producer's current_work_stream "
-                              "failed")
+            raise Refusal("__dlpack_c_exchange_api__: the producer's current_work_stream "
+                          "failed")
         out[0] = <uintptr_t>current if current != NULL else CU_STREAM_LEGACY
         return 1
     out[0] = self._stream
@@ -170,10 +171,10 @@ cdef int _torch_current_device(DLPackObject self) except -1:
     tensors taken through its C exchange API (§4: a fast path refuses what the producer does)."""
     current = sys.modules["torch"].cuda.current_device()
     if current != self.dl.device.device_id:
-        raise BufferError(f"__dlpack__: torch refuses to export tensors on a different CUDA "
-                          f"device index (tensor on cuda:{self.dl.device.device_id}, current "
-                          f"device cuda:{current}); call torch.cuda.set_device("
-                          f"{self.dl.device.device_id}) first")
+        raise Refusal(f"__dlpack__: torch refuses to export tensors on a different CUDA "
+                      f"device index (tensor on cuda:{self.dl.device.device_id}, current "
+                      f"device cuda:{current}); call torch.cuda.set_device("
+                      f"{self.dl.device.device_id}) first")
     return 0
 
 

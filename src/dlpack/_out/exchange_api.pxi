@@ -118,9 +118,9 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
         raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
     cdef DLPackObject self = <DLPackObject>obj
     if self._flags & FLAG_READ_ONLY and not self._legacy_readonly:
-        raise BufferError("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
-                          "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
-                          "with asdlpack(obj, allow_legacy_readonly=True)")
+        raise Refusal("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
+                      "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
+                      "with asdlpack(obj, allow_legacy_readonly=True)")
     _ready_on_work_stream(self)
     out[0] = self.dl
     return 0

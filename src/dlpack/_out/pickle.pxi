@@ -33,7 +33,7 @@ cdef class _Span:
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         if flags & PyBUF_WRITABLE and self.readonly:
-            raise BufferError("pickle: the data is read-only")
+            raise Refusal("pickle: the data is read-only")
         view.buf = self.ptr
         view.obj = self
         view.len = self.len
@@ -62,7 +62,7 @@ cdef object _reduce(DLPackObject self, int protocol):
     cdef bytearray copy
     cdef _Span span
     if not _host_accessible(self.dl.device.device_type):
-        raise BufferError(
+        raise Refusal(
             f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
             "cannot read; pickle a host copy instead: "
             f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
@@ -112,8 +112,8 @@ cdef tuple _c_strides_of(tuple shape):
 cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
     """A metadata integer from the stream: an int within [low, high], else BufferError."""
     if type(value) is not int or not low <= value <= high:
-        raise BufferError(f"pickle: field '{name}' = {value!r:.80} is not an int in "
-                          f"[{low}, {high}]; the pickle is corrupt or forged")
+        raise Refusal(f"pickle: field '{name}' = {value!r:.80} is not an int in "
+                      f"[{low}, {high}]; the pickle is corrupt or forged")
     return value
 
 
@@ -127,12 +127,12 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     cdef Py_ssize_t i, n
     cdef int64_t at
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
-        raise BufferError(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
-                          f"{strides!r:.80} are not tuples of one length; the pickle is "
-                          "corrupt or forged")
+        raise Refusal(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
+                      f"{strides!r:.80} are not tuples of one length; the pickle is "
+                      "corrupt or forged")
     if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
-        raise BufferError(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
-                          "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
+        raise Refusal(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
+                      "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
     self._flags = flags
     self.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
     self.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
@@ -145,8 +145,8 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     try:
         PyObject_GetBuffer(data, &self._view, PyBUF_SIMPLE)
     except (TypeError, BufferError, ValueError) as e:
-        raise BufferError(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
-                          f"buffer: {e}") from None
+        raise Refusal(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
+                      f"buffer: {e}") from None
     self._has_view = True
     try:
         at = _field(offset, "offset", 0, self._view.len)
