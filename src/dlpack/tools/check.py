@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
+import dlpack._capsule_api as _capi
 import dlpack.ctypes as dlc
 from dlpack._types import (
     DLPACK_VERSION,
@@ -63,16 +64,6 @@ USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
 CAPSULE = type(datetime.datetime_CAPI)
-
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetDestructor.restype = ctypes.c_int
-_api.PyCapsule_SetDestructor.argtypes = [ctypes.py_object, ctypes.c_void_p]
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -132,14 +123,14 @@ def readable(address: int | None, size: int) -> bool:
 
 def capsule_name(capsule) -> bytes | None:
     """The capsule's name as bytes (None for an unnamed capsule)."""
-    return _api.PyCapsule_GetName(capsule)
+    return _capi.GetName(capsule)
 
 
 def _disarm(*capsules) -> None:
     """Take the destructor off capsules that share a tensor: it leaks instead of being freed
     twice (and the checker keeps running)."""
     for capsule in capsules:
-        _api.PyCapsule_SetDestructor(capsule, None)
+        _capi.SetDestructor(capsule, _capi.Destructor())    # NULL: none
 
 
 def _what(obj: object) -> str:
@@ -281,7 +272,7 @@ class Subject:
         if name not in (VERSIONED, LEGACY):
             raise _Fail(f"capsule named {name!r}; consumers look for 'dltensor_versioned' or "
                         "'dltensor' (a 'used_' name means it was handed out already consumed)")
-        m = _struct_at(_api.PyCapsule_GetPointer(capsule, name), name)
+        m = _struct_at(_capi.GetPointer(capsule, name), name)
         if name == LEGACY:
             self._legacy_struct(capsule)
             _tensor_readable(m.dl_tensor)
@@ -295,7 +286,7 @@ class Subject:
 
     def _legacy_struct(self, capsule) -> None:
         """Fail when a 'dltensor' capsule does not hold a valid DLManagedTensor."""
-        address = _api.PyCapsule_GetPointer(capsule, LEGACY)
+        address = _capi.GetPointer(capsule, LEGACY)
         if _plausible(_struct_at(address, LEGACY).dl_tensor):
             return
         if readable(address, ctypes.sizeof(dlc.DLManagedTensorVersioned)):
@@ -401,8 +392,8 @@ def basic_export(s: Subject) -> str:
         return f"{asked} → a capsule named {name!r} (capsule-names grades the name)"
     _, t, _, version = s.read(first)
     if isinstance(second, CAPSULE) and capsule_name(second) == name:
-        here = _api.PyCapsule_GetPointer(first, name)
-        if here == _api.PyCapsule_GetPointer(second, name):
+        here = _capi.GetPointer(first, name)
+        if here == _capi.GetPointer(second, name):
             _disarm(first, second)
             raise _Fail(f"two live capsules from {asked} hold the same managed tensor "
                         f"({here:#x}): each consumer calls its deleter, a double free")
@@ -557,9 +548,9 @@ def _deleter_case(s: Subject, consumed: bool, versioned: bool) -> str:
         return "no max_version: refused with BufferError (nothing to free)"
     name, *_ = s.read(capsule)       # never touch the deleter of an invalid struct
     s._alive.clear()
-    address = _api.PyCapsule_GetPointer(capsule, name)
+    address = _capi.GetPointer(capsule, name)
     if consumed:
-        _api.PyCapsule_SetName(capsule, USED[name])    # what every consumer does
+        _capi.SetName(capsule, USED[name])    # what every consumer does
     probe = DeleterProbe(address, name == VERSIONED)
     if not probe.had_deleter:
         return f"{name.decode()}: NULL deleter (nothing to free)"
@@ -713,7 +704,7 @@ def exchange_api(s: Subject) -> str:
     if capsule_name(api_capsule) != b"dlpack_exchange_api":
         raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
                     "not 'dlpack_exchange_api'")
-    where = _api.PyCapsule_GetPointer(api_capsule, b"dlpack_exchange_api")
+    where = _capi.GetPointer(api_capsule, b"dlpack_exchange_api")
     if not readable(where, ctypes.sizeof(dlc.DLPackExchangeAPI)):
         raise _Fail(f"__dlpack_c_exchange_api__ points at {where:#x}, which is not readable "
                     "memory")

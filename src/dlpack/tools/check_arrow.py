@@ -18,6 +18,8 @@ from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, PYFUNCTYPE, c_char_p, c_int, c_int32, c_int64, c_void_p
 from typing import Any
 
+import dlpack._capsule_api as _capi
+
 METHODS = {             # method -> the capsule names it returns
     "__arrow_c_device_array__": (b"arrow_schema", b"arrow_device_array"),
     "__arrow_c_array__": (b"arrow_schema", b"arrow_array"),
@@ -82,24 +84,16 @@ STRUCTS = {b"arrow_schema": ArrowSchema, b"arrow_array": ArrowArray,
            b"arrow_device_array_stream": ArrowDeviceArrayStream}
 PRIMITIVE_SIZES = {b"c": 1, b"C": 1, b"s": 2, b"S": 2, b"e": 2, b"i": 4, b"I": 4, b"f": 4,
                    b"l": 8, b"L": 8, b"g": 8}
-
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, c_char_p]
-_api.PyCapsule_IsValid.restype = c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]
 _PROBES: list = []          # trampolines stay callable for the life of the process
 
 
 def struct_of(capsule, name: bytes):
     """The Arrow struct a capsule holds (read in place, not consumed)."""
-    if type(capsule).__name__ != "PyCapsule" or not _api.PyCapsule_IsValid(capsule, name):
-        found = _api.PyCapsule_GetName(capsule) if type(capsule).__name__ == "PyCapsule" \
+    if type(capsule).__name__ != "PyCapsule" or not _capi.IsValid(capsule, name):
+        found = _capi.GetName(capsule) if type(capsule).__name__ == "PyCapsule" \
             else type(capsule).__name__
         raise Fail(f"expected a capsule named {name.decode()!r}, got {found!r}")
-    return STRUCTS[name].from_address(_api.PyCapsule_GetPointer(capsule, name))
+    return STRUCTS[name].from_address(_capi.GetPointer(capsule, name))
 
 
 class ReleaseProbe:
@@ -191,13 +185,13 @@ def _column_of(schema: ArrowSchema, array: ArrowArray) -> tuple:
     return schema, array, array.offset, array.length
 
 
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
+_capi.New.restype = ctypes.py_object
+_capi.New.argtypes = [c_void_p, c_char_p, c_void_p]
 
 
 def _capsule(struct, name: bytes):
     """A capsule over a struct the rule owns (no destructor: the rule releases what is left)."""
-    return _api.PyCapsule_New(ctypes.addressof(struct), name, None)
+    return _capi.New(ctypes.addressof(struct), name, None)
 
 
 def _zero_bits(address: int, start: int, count: int) -> int:
@@ -276,7 +270,7 @@ def arrow_capsules(producer: ArrowChecker) -> str:
     seen = []
     for method in producer.methods:
         got = producer.export(method)
-        seen.append(f"{method} → {tuple(_api.PyCapsule_GetName(c).decode() for c in got)}")
+        seen.append(f"{method} → {tuple(_capi.GetName(c).decode() for c in got)}")
     return "; ".join(seen)
 
 
