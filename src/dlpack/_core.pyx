@@ -49,7 +49,7 @@ cdef enum:
     INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
     MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
 
-cdef enum Strides:           # what a reader left in dl.strides for _finish
+cdef enum Strides:           # what a reader left in dl.strides for _validate
     STRIDES_ELEMENTS         # element strides (DLPack's unit)
     STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
     STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
@@ -201,12 +201,12 @@ cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack
 
 
 cdef inline int _check_made(DLPackObject self) except -1:
-    """Refuse a blank object (every reader sets _isz >= 1 before handing one out).
+    """Refuse a blank object (every reader sets _itemsize >= 1 before handing one out).
 
     Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
     every export from it refuses.
     """
-    if self._isz == 0:
+    if self._itemsize == 0:
         raise TypeError(_UNMADE)
     return 0
 
@@ -226,8 +226,8 @@ cdef class DLPackObject:
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
     cdef int64_t _count                 # elements, bytes and bytes per element: set once, by
-    cdef int64_t _nbytes                # _finish, with overflow checks
-    cdef int64_t _isz
+    cdef int64_t _nbytes                # _validate, with overflow checks
+    cdef int64_t _itemsize
     cdef int64_t _inline[2 * INLINE_DIMS]
     cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
     cdef Py_buffer _view                # the provider's buffer, when one was taken
@@ -273,7 +273,7 @@ cdef class DLPackObject:
             self._has_view = False
             PyBuffer_Release(&self._view)
 
-    # -- construction: readers call _alloc_dims, fill shape and strides, then _finish --------
+    # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
         if ndim < 0 or ndim > MAX_NDIM:
@@ -288,8 +288,8 @@ cdef class DLPackObject:
         self.dl.strides = self.dl.shape + ndim
         return 0
 
-    cdef int _finish(self, str protocol, Strides given, int64_t offset,
-                     int64_t bound) except -1:
+    cdef int _validate(self, str protocol, Strides given, int64_t offset,
+                       int64_t bound) except -1:
         """The one routine that validates a reader's shape, strides and dtype.
 
         Checks extents, element count, bytes and the byte range the elements reach with
@@ -315,7 +315,7 @@ cdef class DLPackObject:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
         if err:
             raise Refusal(_size_message(protocol, err, self.dl.dtype, self.shape))
-        self._isz = isz
+        self._itemsize = isz
         if given == STRIDES_C or self._count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
             if self._count == 0:
@@ -356,15 +356,15 @@ cdef class DLPackObject:
                 if (_mul_ovf(self.dl.shape[i] - 1, self.dl.strides[i], &step)
                         or _mul_ovf(step, isz, &step)
                         or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
-                    raise Refusal(self._reach_message(protocol, "the address space"))
+                    raise Refusal(self._span_message(protocol, "the address space"))
             if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
-                raise Refusal(self._reach_message(protocol, "the address space"))
+                raise Refusal(self._span_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
-            raise Refusal(self._reach_message(protocol, "the address space"))
+            raise Refusal(self._span_message(protocol, "the address space"))
         if bound >= 0 and (_add_ovf(offset, lo, &end) or end < 0
                            or _add_ovf(offset, hi, &end) or end > bound):
-            raise Refusal(self._reach_message(
+            raise Refusal(self._span_message(
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
         self._c_contig = c
         self._f_contig = f
@@ -373,9 +373,9 @@ cdef class DLPackObject:
     cdef tuple _raw_strides(self):
         return tuple([self.dl.strides[i] for i in range(self.dl.ndim)])
 
-    cdef str _reach_message(self, str protocol, str where):
+    cdef str _span_message(self, str protocol, str where):
         return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
-                f"{self._isz} bytes) reaches outside {where}")
+                f"{self._itemsize} bytes) reaches outside {where}")
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -419,7 +419,7 @@ cdef class DLPackObject:
     @property
     def itemsize(self):
         """Bytes per element (1 for packed sub-byte types)."""
-        return self._isz
+        return self._itemsize
 
     @property
     def readonly(self):
@@ -479,9 +479,6 @@ cdef class DLPackObject:
     def __getbuffer__(self, Py_buffer *view, int flags):
         _check_made(self)
         _fill_buffer(self, view, flags)
-
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
 
     @property
     def __array_interface__(self):
@@ -549,7 +546,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._flags = src._flags
     r._count = src._count
     r._nbytes = src._nbytes
-    r._isz = src._isz
+    r._itemsize = src._itemsize
     r._c_contig = src._c_contig
     r._f_contig = src._f_contig
     r._stream = src._stream

@@ -49,17 +49,17 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     written, so it is read-only unless the caller declares otherwise (asdlpack's
     ``legacy_writable``).
     """
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef DLTensor t
     cdef DLPackVersion version
     cdef uint64_t flags = 0
     cdef uintptr_t data
     if m == NULL:
         raise Refusal(f"{protocol}: the managed tensor pointer is NULL")
-    self = _new_object()
-    self._managed = m                   # from here on, dropping self calls the deleter once
-    self._managed_versioned = versioned
-    self._base = base
+    r = _new_object()
+    r._managed = m                   # from here on, dropping r calls the deleter once
+    r._managed_versioned = versioned
+    r._base = base
     # The struct and its shape and strides are copied once, before any Python code can run;
     # only the copy is read after that (docs/spec.md §7).
     if versioned:
@@ -72,23 +72,23 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
         flags = (<DLManagedTensorVersioned *>m).flags
     else:
         t = (<DLManagedTensor *>m).dl_tensor
-    _copy_dims(self, &t, protocol)
+    _copy_dims(r, &t, protocol)
     if versioned:
-        self._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+        r._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
     else:
-        self._flags = FLAG_READ_ONLY
-        self._legacy_import = True
+        r._flags = FLAG_READ_ONLY
+        r._legacy_import = True
     data = <uintptr_t>t.data
     if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
         raise Refusal(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
                       f"pointer {data:#x} outside the address space")
-    self.dl.data = <void *>(data + t.byte_offset)
-    self.dl.device = t.device
-    self.dl.dtype = t.dtype
+    r.dl.data = <void *>(data + t.byte_offset)
+    r.dl.device = t.device
+    r.dl.dtype = t.dtype
     if _cuda_kind(t.device.device_type):
-        self._stream = 1        # the producer synchronised to the legacy default stream for us
-    self._finish(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
-    return self
+        r._stream = 1        # the producer synchronised to the legacy default stream for us
+    r._validate(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
+    return r
 
 
 cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
@@ -202,8 +202,8 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
     """Copy src's elements, addressed from data with src's strides (or the element strides
     given, e.g. a staging copy's), into dst in C order.
 
-    Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
-    loop moves whole items of src._isz bytes.
+    Packed sub-byte arrays are always C-contiguous (_validate refuses others), so the strided
+    loop moves whole items of src._itemsize bytes.
     """
     cdef int ndim = src.dl.ndim, i
     cdef int64_t n
@@ -219,28 +219,28 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
     for i in range(ndim):
         idx[i] = 0
     for n in range(src._count):
-        memcpy(dst, p, src._isz)
-        dst += src._isz
+        memcpy(dst, p, src._itemsize)
+        dst += src._itemsize
         i = ndim - 1
-        while i >= 0:       # odometer; p never leaves the range _finish checked for overflow
+        while i >= 0:       # odometer; p never leaves the range _validate checked for overflow
             if idx[i] + 1 < src.dl.shape[i]:
                 idx[i] += 1
-                p += strides[i] * src._isz
+                p += strides[i] * src._itemsize
                 break
-            p -= (src.dl.shape[i] - 1) * strides[i] * src._isz
+            p -= (src.dl.shape[i] - 1) * strides[i] * src._itemsize
             idx[i] = 0
             i -= 1
 
 
-cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
+cdef void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
     """Lowest and one-past-highest byte offset from data that an element occupies (non-empty
-    arrays; _finish checked that none of this overflows)."""
+    arrays; _validate checked that none of this overflows)."""
     cdef int i
     cdef int64_t step
     lo[0] = 0
-    hi[0] = self._isz
+    hi[0] = self._itemsize
     for i in range(self.dl.ndim):
-        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._isz
+        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._itemsize
         if step < 0:
             lo[0] += step
         else:

@@ -1,6 +1,6 @@
 # Provider: memory described by its address (dlpack.from_address) — a C library's buffer bound
 # with ctypes or cffi, an allocator's block, a memory map. The caller vouches for the address and
-# for the owner that keeps it alive; shape, strides and dtype go through _finish like every
+# for the owner that keeps it alive; shape, strides and dtype go through _validate like every
 # reader's. Sequences are snapshot first (docs/spec.md §7).
 
 from libc.stdint cimport INT32_MAX
@@ -68,7 +68,7 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     Shape, strides and dtype are checked as every protocol's are (docs/spec.md §2, §7); the
     address itself is your promise.
     """
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef Py_ssize_t i, n
     cdef str protocol = "from_address"
     cdef uintptr_t a = _address_arg(address)
@@ -79,19 +79,19 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
                       f"{len(strides_t)} entries for the {len(shape_t)} of 'shape'")
     code, bits, lanes, flags = _types.dtype_fields(protocol, dtype)
     cdef DLDevice dev = _device_arg(device, a)
-    self = _new_object()
-    self.dl.dtype.code = code
-    self.dl.dtype.bits = bits
-    self.dl.dtype.lanes = lanes
-    self.dl.data = <void *>a
-    self.dl.device = dev
-    self._flags = flags | (FLAG_READ_ONLY if readonly else 0)
+    r = _new_object()
+    r.dl.dtype.code = code
+    r.dl.dtype.bits = bits
+    r.dl.dtype.lanes = lanes
+    r.dl.data = <void *>a
+    r.dl.device = dev
+    r._flags = flags | (FLAG_READ_ONLY if readonly else 0)
     n = len(shape_t)
-    self._alloc_dims(n, protocol)
+    r._alloc_dims(n, protocol)
     for i in range(n):
-        self.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
+        r.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
         if strides_t is not None:
-            self.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
-    self._base = owner
-    self._finish(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
-    return self
+            r.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
+    r._base = owner
+    r._validate(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
+    return r

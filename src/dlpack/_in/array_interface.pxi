@@ -136,7 +136,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
                         object offset) except -1:
     """data is a buffer object (or None: obj's own buffer), shifted by 'offset' bytes.
 
-    Returns the buffer's length; _finish checks that every element lies inside it.
+    Returns the buffer's length; _validate checks that every element lies inside it.
     """
     try:
         offset = PyNumber_Index(offset)
@@ -159,7 +159,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
 
 
 cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint cuda):
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef Py_ssize_t i, n
     cdef int64_t offset = 0, bound = -1
     cdef Strides given = STRIDES_C
@@ -191,41 +191,41 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
                           f"entries for the {len(shape)} of 'shape' = {shape!r}")
         given = STRIDES_BYTES
     data = d.get("data")
-    self = _new_object()
-    self._keep = d if d is ai else (ai, d)  # what the interface keeps alive (NumPy's '__ref')
-    self.dl.dtype.code = code
-    self.dl.dtype.bits = bits
-    self.dl.dtype.lanes = 1
-    self._flags = flags
+    r = _new_object()
+    r._keep = d if d is ai else (ai, d)  # what the interface keeps alive (NumPy's '__ref')
+    r.dl.dtype.code = code
+    r.dl.dtype.bits = bits
+    r.dl.dtype.lanes = 1
+    r._flags = flags
     n = len(shape)
-    self._alloc_dims(n, protocol)
+    r._alloc_dims(n, protocol)
     for i in range(n):
-        self.dl.shape[i] = _ai_int(protocol, "shape", shape, i)
+        r.dl.shape[i] = _ai_int(protocol, "shape", shape, i)
         if strides is not None:
-            self.dl.strides[i] = _ai_int(protocol, "strides", strides, i)
+            r.dl.strides[i] = _ai_int(protocol, "strides", strides, i)
     if isinstance(data, tuple):
-        _ai_pointer(self, protocol, data)
+        _ai_pointer(r, protocol, data)
     elif cuda:
         raise Refusal(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     else:
         try:
-            offset = _ai_buffer(self, protocol, obj if data is None else data,
+            offset = _ai_buffer(r, protocol, obj if data is None else data,
                                 d.get("offset", 0))
-            bound = self._view.len
-            self.dl.device.device_type = kDLCPU
-            self._finish(protocol, given, offset, bound)
+            bound = r._view.len
+            r.dl.device.device_type = kDLCPU
+            r._validate(protocol, given, offset, bound)
         except BaseException:
-            self._release_view()  # at once: the exporter may be in a cycle GC clears later
+            r._release_view()  # at once: the exporter may be in a cycle GC clears later
             raise
-        self._base = obj
-        return self
-    self._base = obj
+        r._base = obj
+        return r
+    r._base = obj
     if cuda:
-        _cai_device_and_stream(self, d.get("stream"))
+        _cai_device_and_stream(r, d.get("stream"))
     else:
-        self.dl.device.device_type = kDLCPU
-    self._finish(protocol, given, offset, bound)
-    return self
+        r.dl.device.device_type = kDLCPU
+    r._validate(protocol, given, offset, bound)
+    return r
 
 
 cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:

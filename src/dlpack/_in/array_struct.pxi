@@ -28,14 +28,14 @@ cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcep
 cdef DLPackObject _from_array_struct(object obj, object capsule):
     """The struct, its shape and its strides are copied once, before any Python code or
     allocation can run (the dtype lookup may call the provider); only the copy is read."""
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef PyArrayInterface s
     cdef int i
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
         raise Refusal(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
-    self = _new_object()
-    self._keep = capsule                # and whatever the capsule keeps alive
+    r = _new_object()
+    r._keep = capsule                # and whatever the capsule keeps alive
     s = (<PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule)))[0]
     if s.two != 2:
         raise Refusal(f"__array_struct__: field 'two' = {s.two}, expected 2 "
@@ -49,22 +49,22 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
         raise Refusal(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
                       "of a type DLPack can carry (1 to 32 bytes)")
     kind = <unsigned char>s.typekind
-    self._alloc_dims(s.nd, "__array_struct__")
+    r._alloc_dims(s.nd, "__array_struct__")
     for i in range(s.nd):
-        self.dl.shape[i] = s.shape[i]
+        r.dl.shape[i] = s.shape[i]
         if s.strides != NULL:
-            self.dl.strides[i] = s.strides[i]
-    if not _kind_dtype(kind, s.itemsize, &self.dl.dtype):
+            r.dl.strides[i] = s.strides[i]
+    if not _kind_dtype(kind, s.itemsize, &r.dl.dtype):
         if kind < 0x21 or kind > 0x7E:
             raise Refusal(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
                           "typekind character")
         typestr = f"|{chr(kind)}{s.itemsize}"
         code, bits, flags = _types.parse_typestr(
             "__array_struct__", typestr, _ml_name(obj, typestr))
-        self.dl.dtype.code = code
-        self.dl.dtype.bits = bits
-        self.dl.dtype.lanes = 1
-        self._flags = flags
+        r.dl.dtype.code = code
+        r.dl.dtype.bits = bits
+        r.dl.dtype.lanes = 1
+        r._flags = flags
     if s.itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
         raise Refusal("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
                       "non-native byte order; byte-swap it first")
@@ -72,12 +72,12 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
         raise Refusal("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
                       "cannot be exchanged through DLPack")
     if not s.flags & ARR_WRITEABLE:
-        self._flags |= FLAG_READ_ONLY
-    self.dl.data = s.data
-    self.dl.device.device_type = kDLCPU
-    self._base = obj
-    self._finish("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
-    return self
+        r._flags |= FLAG_READ_ONLY
+    r.dl.data = s.data
+    r.dl.device.device_type = kDLCPU
+    r._base = obj
+    r._validate("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
+    return r
 
 
 def _read_array_struct(obj, capsule):

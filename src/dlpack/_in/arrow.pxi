@@ -400,14 +400,14 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
     if tensor is not None:
         _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
         try:
-            self._finish(protocol, STRIDES_ELEMENTS, offset, bound)
+            self._validate(protocol, STRIDES_ELEMENTS, offset, bound)
         except BufferError as e:
             raise Refusal(f"{e}: the arrow.fixed_shape_tensor's permutation, applied as "
                           "PyArrow applies it (which refuses this one too), overruns "
                           "its rows") from None
     else:
         _arrow_dims(self, length, t, sizes, protocol)
-        self._finish(protocol, STRIDES_C, offset, bound)
+        self._validate(protocol, STRIDES_C, offset, bound)
     return 0
 
 
@@ -544,7 +544,7 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
     cdef void *a
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef _ArrowImport held
     if type(pair) is not tuple or len(<tuple>pair) != 2:
         raise Refusal(f"{protocol} returned a {type(pair).__name__}, not a (schema, array) "
@@ -552,10 +552,10 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
     s = <ArrowSchema *>_arrow_capsule((<tuple>pair)[0], b"arrow_schema", protocol, "schema")
     a = _arrow_capsule((<tuple>pair)[1], b"arrow_device_array" if device else b"arrow_array",
                        protocol, "array")
-    self = _new_object()
-    self._base = obj
+    r = _new_object()
+    r._base = obj
     held = _ArrowImport.__new__(_ArrowImport)
-    self._keep = held
+    r._keep = held
     if device:
         if (<ArrowDeviceArray *>a).array.release == NULL:
             raise Refusal(f"{protocol}: the ArrowDeviceArray is released (release is NULL)")
@@ -569,9 +569,9 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
         held.device.device_type = ARROW_DEVICE_CPU
         held.device.device_id = -1
     tensor = _arrow_schema_from(s, &t, sizes, protocol)
-    _arrow_device(self, &held.device, protocol)
-    _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
-    return self
+    _arrow_device(r, &held.device, protocol)
+    _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+    return r
 
 
 cdef str _arrow_stream_error(ArrowArrayStream *st, int rc, str protocol, str call):
@@ -591,15 +591,15 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
     cdef int rc
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef _ArrowImport held
     cdef ArrowArrayStream *ours
     if st.release == NULL:
         raise Refusal(f"{protocol}: the ArrowArrayStream is released (release is NULL)")
-    self = _new_object()
-    self._base = obj
+    r = _new_object()
+    r._base = obj
     held = _ArrowImport.__new__(_ArrowImport)
-    self._keep = held
+    r._keep = held
     held.stream = st[0]
     st.release = NULL
     ours = &held.stream
@@ -631,19 +631,19 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
                           "buffer: combine them first (chunked.combine_chunks(), "
                           "table.combine_chunks(); Polars: series.rechunk())")
         held.device.array = chunk
-    self.dl.device.device_type = kDLCPU
+    r.dl.device.device_type = kDLCPU
     if held.device.array.release != NULL:
-        _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
-        return self
-    self.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
-    self._flags = FLAG_READ_ONLY
+        _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+        return r
+    r.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
+    r._flags = FLAG_READ_ONLY
     if tensor is not None:
-        _arrow_tensor_dims(self, tensor, 0, sizes[0], protocol)
-        self._finish(protocol, STRIDES_ELEMENTS, 0, -1)
+        _arrow_tensor_dims(r, tensor, 0, sizes[0], protocol)
+        r._validate(protocol, STRIDES_ELEMENTS, 0, -1)
     else:
-        _arrow_dims(self, 0, &t, sizes, protocol)
-        self._finish(protocol, STRIDES_C, 0, -1)
-    return self
+        _arrow_dims(r, 0, &t, sizes, protocol)
+        r._validate(protocol, STRIDES_C, 0, -1)
+    return r
 
 
 cdef extern from "Python.h":

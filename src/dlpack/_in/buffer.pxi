@@ -113,41 +113,41 @@ cdef extern from "Python.h":
 
 cdef DLPackObject _from_bytes(object obj):
     """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
-    cdef DLPackObject self = _new_object()
-    self.dl.ndim = 1
-    self.dl.strides = self.dl.shape + 1
-    self.dl.shape[0] = PyBytes_GET_SIZE(obj)
-    self.dl.strides[0] = 1
-    self.dl.data = PyBytes_AS_STRING(obj)
-    self.dl.dtype.code = kDLUInt
-    self.dl.dtype.bits = 8
-    self.dl.dtype.lanes = 1
-    self.dl.device.device_type = kDLCPU
-    self._flags = FLAG_READ_ONLY
-    self._count = self._nbytes = self.dl.shape[0]
-    self._isz = 1
-    self._c_contig = self._f_contig = True
-    self._base = obj
-    return self
+    cdef DLPackObject r = _new_object()
+    r.dl.ndim = 1
+    r.dl.strides = r.dl.shape + 1
+    r.dl.shape[0] = PyBytes_GET_SIZE(obj)
+    r.dl.strides[0] = 1
+    r.dl.data = PyBytes_AS_STRING(obj)
+    r.dl.dtype.code = kDLUInt
+    r.dl.dtype.bits = 8
+    r.dl.dtype.lanes = 1
+    r.dl.device.device_type = kDLCPU
+    r._flags = FLAG_READ_ONLY
+    r._count = r._nbytes = r.dl.shape[0]
+    r._itemsize = 1
+    r._c_contig = r._f_contig = True
+    r._base = obj
+    return r
 
 
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
-    cdef DLPackObject self = _new_object()
-    cdef Py_buffer *v = &self._view
+    cdef DLPackObject r = _new_object()
+    cdef Py_buffer *v = &r._view
     cdef int i
     try:
         PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
     except (BufferError, TypeError, ValueError) as e:
         raise Refusal(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
                       f"strides and format: {type(e).__name__}: {e}") from e
-    self._has_view = True
+    r._has_view = True
     try:
-        _read_buffer(self, obj)
+        _read_buffer(r, obj)
     except BaseException:
-        self._release_view()      # at once: the exporter may be in a cycle GC clears later
+        r._release_view()      # at once: the exporter may be in a cycle GC clears later
         raise
-    return self
+    return r
 
 
 cdef int _read_buffer(DLPackObject self, object obj) except -1:
@@ -171,7 +171,7 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     self.dl.device.device_id = 0
     self._flags = FLAG_READ_ONLY if v.readonly else 0
     self._base = obj
-    self._finish("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
+    self._validate("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
     if v.len != self._nbytes:
         raise Refusal(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
                       f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")

@@ -81,7 +81,7 @@ cdef DLPackObject _from_torch(object t):
     current_work_stream names then, as torch's __dlpack__ would be.
     """
     cdef DLManagedTensorVersioned *m = NULL
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef int32_t device_type
     if t.is_neg():
         raise Refusal("__dlpack__: the torch tensor has its negative bit set, and torch "
@@ -92,20 +92,20 @@ cdef DLPackObject _from_torch(object t):
         except Exception:
             m = NULL                        # __dlpack__ below gives torch's own message
         if m != NULL:
-            try:                            # m is ours: read once, dropping self deletes it
-                self = _adopt(m, True, t, "__dlpack_c_exchange_api__")
+            try:                            # m is ours: read once, dropping r deletes it
+                r = _adopt(m, True, t, "__dlpack_c_exchange_api__")
             except BufferError:
                 return None                 # torch's own __dlpack__ below gives its message
-            device_type = self.dl.device.device_type
+            device_type = r.dl.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
             if (device_type == kDLCPU or (device_type == kDLCUDA
                                           and _torch_api.current_work_stream != NULL
-                                          and _torch_current(self.dl.device.device_id))
-                    ) and not (self.dl.dtype.code == kDLComplex and t.is_conj()):
+                                          and _torch_current(r.dl.device.device_id))
+                    ) and not (r.dl.dtype.code == kDLComplex and t.is_conj()):
                 if device_type == kDLCUDA:
-                    self._stream = 0
-                    self._work_api = _torch_api
-                return self
+                    r._stream = 0
+                    r._work_api = _torch_api
+                return r
     return None                             # other devices or conj: torch's own path below
 
 
@@ -120,15 +120,15 @@ cdef bint _torch_current(int32_t device_id) noexcept:
 
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
-    cdef DLPackObject self
+    cdef DLPackObject r
     if _is_torch_tensor(obj):
-        self = _from_torch(obj)
-        if self is not None:
-            return self
-    self = _from_capsule(_call_dlpack(obj, None), obj)
-    if _cuda_kind(self.dl.device.device_type) or self.dl.device.device_type == kDLROCM:
-        self._resync = obj
-    return self
+        r = _from_torch(obj)
+        if r is not None:
+            return r
+    r = _from_capsule(_call_dlpack(obj, None), obj)
+    if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
+        r._resync = obj
+    return r
 
 
 cdef DLPackObject _from_ctypes_pointer(object p):

@@ -69,7 +69,7 @@ cdef DLPackObject _from_ndarray(object obj):
     array, and the struct is then read with no Python code in between.
     """
     cdef dlpk_ndarray *a = <dlpk_ndarray *><PyObject *>obj
-    cdef DLPackObject self = _new_object()
+    cdef DLPackObject r = _new_object()
     cdef dlpk_descr *d = <dlpk_descr *>a.descr
     cdef int i, num = d.type_num
     cdef Py_ssize_t itemsize
@@ -81,17 +81,17 @@ cdef DLPackObject _from_ndarray(object obj):
     for i in range(a.nd):
         if a.strides[i] % itemsize:
             return None
-    self.dl.dtype = _npy_types[num]
-    self._alloc_dims(a.nd, "numpy.ndarray")
+    r.dl.dtype = _npy_types[num]
+    r._alloc_dims(a.nd, "numpy.ndarray")
     for i in range(a.nd):
-        self.dl.shape[i] = a.dimensions[i]
-        self.dl.strides[i] = a.strides[i]
-    self.dl.data = a.data
-    self.dl.device.device_type = kDLCPU
-    self._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
-    self._base = obj
-    self._finish("numpy.ndarray", STRIDES_BYTES, 0, -1)
-    return self
+        r.dl.shape[i] = a.dimensions[i]
+        r.dl.strides[i] = a.strides[i]
+    r.dl.data = a.data
+    r.dl.device.device_type = kDLCPU
+    r._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
+    r._base = obj
+    r._validate("numpy.ndarray", STRIDES_BYTES, 0, -1)
+    return r
 
 
 cdef int _check_ndarray_layout(object obj) except -1:

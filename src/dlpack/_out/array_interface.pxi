@@ -2,7 +2,7 @@
 
 cdef dict _interface(DLPackObject self, str protocol):
     cdef int i
-    cdef Py_ssize_t itemsize = self._isz
+    cdef Py_ssize_t itemsize = self._itemsize
     try:
         typestr, descr = _types.array_typestr(
             self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)

@@ -40,7 +40,7 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
 
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     cdef int i, n = self.dl.ndim
-    cdef Py_ssize_t itemsize = self._isz
+    cdef Py_ssize_t itemsize = self._itemsize
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")

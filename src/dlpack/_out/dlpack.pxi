@@ -221,7 +221,7 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
     C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int i, k, n = 0, ndim = self.dl.ndim
-    cdef int64_t isz = self._isz, lo = 0, step, size, offset = 0, width
+    cdef int64_t isz = self._itemsize, lo = 0, step, size, offset = 0, width
     cdef int64_t extent[MAX_NDIM]
     cdef int64_t pitch[MAX_NDIM]
     cdef int64_t gather[MAX_NDIM]
@@ -300,7 +300,7 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     elif not _producer_stream(self, &queue):
         queue = CU_STREAM_LEGACY
     if self._count:
-        _reach(self, &lo, &hi)
+        _span(self, &lo, &hi)
     cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
     if hi > lo:
         _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.dl.data + lo,

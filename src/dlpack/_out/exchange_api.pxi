@@ -116,13 +116,13 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
     _api_check(obj)
     if out == NULL:
         raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
-    cdef DLPackObject self = <DLPackObject>obj
-    if self._flags & FLAG_READ_ONLY and not self._legacy_readonly:
+    cdef DLPackObject r = <DLPackObject>obj
+    if r._flags & FLAG_READ_ONLY and not r._legacy_readonly:
         raise Refusal("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
                       "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
                       "with asdlpack(obj, allow_legacy_readonly=True)")
-    _ready_on_work_stream(self)
-    out[0] = self.dl
+    _ready_on_work_stream(r)
+    out[0] = r.dl
     return 0
 
 

@@ -3,7 +3,7 @@
 # shared-memory carriers move them without a copy into the stream); protocol < 5 copies them
 # in-band, as does multiprocessing's own pickler (it takes no buffer_callback).
 # _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
-# the same _finish every reader uses.
+# the same _validate every reader uses.
 
 from libc.stdint cimport uint8_t, uint16_t
 
@@ -47,9 +47,6 @@ cdef class _Span:
         view.suboffsets = NULL
         view.internal = NULL
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
 
 cdef object _reduce(DLPackObject self, int protocol):
     """``__reduce_ex__``: (_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
@@ -71,7 +68,7 @@ cdef object _reduce(DLPackObject self, int protocol):
         _sync_for(self, None, True)         # pinned or managed memory: the producer's work first
     strides = self.strides
     if self._count and not self._c_contig:
-        _reach(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
+        _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
     if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
@@ -123,7 +120,7 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     Every field is checked before use: a corrupt or forged pickle gives BufferError, and
     the elements must lie inside ``data``.
     """
-    cdef DLPackObject self = _new_object()
+    cdef DLPackObject r = _new_object()
     cdef Py_ssize_t i, n
     cdef int64_t at
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
@@ -133,31 +130,31 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
         raise Refusal(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
                       "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
-    self._flags = flags
-    self.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
-    self.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
-    self.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
+    r._flags = flags
+    r.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
+    r.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
+    r.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
     n = len(shape)
-    self._alloc_dims(n, "pickle")
+    r._alloc_dims(n, "pickle")
     for i in range(n):
-        self.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
-        self.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
+        r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
+        r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
     try:
-        PyObject_GetBuffer(data, &self._view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(data, &r._view, PyBUF_SIMPLE)
     except (TypeError, BufferError, ValueError) as e:
         raise Refusal(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
                       f"buffer: {e}") from None
-    self._has_view = True
+    r._has_view = True
     try:
-        at = _field(offset, "offset", 0, self._view.len)
-        if self._view.readonly:
-            self._flags |= FLAG_READ_ONLY
-        self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>at)  # buf may be NULL
-        self.dl.device.device_type = kDLCPU
-        self.dl.device.device_id = 0
-        self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)
+        at = _field(offset, "offset", 0, r._view.len)
+        if r._view.readonly:
+            r._flags |= FLAG_READ_ONLY
+        r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+        r.dl.device.device_type = kDLCPU
+        r.dl.device.device_id = 0
+        r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
     except BaseException:
-        self._release_view()
+        r._release_view()
         raise
-    self._base = data
-    return self
+    r._base = data
+    return r

@@ -64,7 +64,6 @@ class Case:
     expect: Raises | Gives
     needs: tuple[str, ...] = ()
     after: Callable[[], object] | None = None
-    why: str = ""
 
 
 CASES: dict[str, Case] = {}
