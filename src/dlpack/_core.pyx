@@ -1,182 +1,24 @@
 # The core type DLPackObject and asdlpack(): every protocol in (_in/), every protocol out (_out/).
-cimport cython
-from cpython.buffer cimport (
-    PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND,
-    PyBUF_FULL_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
-    PyObject_CheckBuffer, PyObject_GetBuffer,
-)
-from cpython.pycapsule cimport (
-    PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
-    PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
-)
-from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_Occurred, PyErr_SetString
-from cpython.ref cimport Py_INCREF, PyObject
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
-from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy
-
-from dlpack._abi cimport *
-
-import ctypes as _ctypes
-import sys
-
-from dlpack import _types
-from dlpack._types import DLDeviceType, Refusal
-
-cdef extern from "Python.h":
-    int Py_IsInitialized() nogil
-    enum:
-        Py_TPFLAGS_HEAPTYPE
-
-cdef extern from *:
-    """
-    static inline int dlpk_mul(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_mul_overflow(a, b, out);
-    }
-    static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_add_overflow(a, b, out);
-    }
-    static inline int dlpk_sub(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_sub_overflow(a, b, out);
-    }
-    """
-    bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-    bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-    bint _sub_ovf "dlpk_sub"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-
-cdef enum:
-    INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
-    MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
-
-cdef enum Strides:           # what a reader left in dl.strides for _validate
-    STRIDES_ELEMENTS         # element strides (DLPack's unit)
-    STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
-    STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
-
-# Devices whose memory the CPU can read and write directly.
-cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
-    return (device_type == kDLCPU or device_type == kDLCUDAHost
-            or device_type == kDLCUDAManaged or device_type == kDLROCMHost)
-
-cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
-    return (device_type == kDLCUDA or device_type == kDLCUDAHost
-            or device_type == kDLCUDAManaged)
-
-cdef inline bint _known_device(int32_t device_type) noexcept nogil:
-    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
-    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
-
-
-cdef int _unknown_device(str protocol, DLDevice dev) except -1:
-    raise Refusal(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
-                  f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
-                  f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
-                  "DLPack")
-
-
-cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
-cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
-cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
-
-
-cdef object _device_tuple(DLDevice dev):
-    if dev.device_type == kDLCPU and dev.device_id == 0:
-        return _CPU0
-    return (_DEVICE_TYPES.get(dev.device_type, dev.device_type), dev.device_id)
-
-
-cdef str _device_name(DLDevice dev):
-    d = _DEVICE_TYPES.get(dev.device_type)
-    return f"{d.name if d is not None else dev.device_type}:{dev.device_id}"
-
-
-# -- sizes: the checked arithmetic every reader, exporter and allocator shares ------------------
-
-cdef enum SizeError:
-    SIZE_OK = 0
-    SIZE_NO_BITS            # bits or lanes is 0
-    SIZE_PADDED_WIDE        # IS_SUBBYTE_TYPE_PADDED on a type of a byte or more
-    SIZE_ODD_BITS           # wider than a byte but not a whole number of bytes
-    SIZE_NEGATIVE           # a negative extent
-    SIZE_OVERFLOW           # element count or byte size beyond int64
-
-
-cdef SizeError _item_storage(DLDataType dtype, bint padded, int64_t *itemsize,
-                             bint *packed) noexcept nogil:
-    """Bytes per element (1 for packed sub-byte types, which set packed)."""
-    cdef int64_t ebits = <int64_t>dtype.bits * dtype.lanes
-    packed[0] = False
-    if ebits == 0:
-        return SIZE_NO_BITS
-    if padded:
-        if dtype.bits >= 8:
-            return SIZE_PADDED_WIDE
-        itemsize[0] = dtype.lanes
-    elif ebits % 8 == 0:
-        itemsize[0] = ebits // 8
-    elif ebits < 8:
-        itemsize[0] = 1
-        packed[0] = True
-    else:
-        return SIZE_ODD_BITS
-    return SIZE_OK
-
-
-cdef SizeError _element_count(int ndim, const int64_t *shape, int64_t *count) noexcept nogil:
-    """Number of elements; the nonzero extents' product must fit too (it sizes C strides)."""
-    cdef int i
-    cdef int64_t c = 1
-    cdef bint empty = False
-    for i in range(ndim):
-        if shape[i] < 0:
-            return SIZE_NEGATIVE
-        if shape[i] == 0:
-            empty = True
-        elif _mul_ovf(c, shape[i], &c):
-            return SIZE_OVERFLOW
-    count[0] = 0 if empty else c
-    return SIZE_OK
-
-
-cdef SizeError _byte_size(int64_t count, DLDataType dtype, int64_t itemsize, bint packed,
-                          int64_t *nbytes) noexcept nogil:
-    """Bytes that count elements occupy (packed sub-byte types rounded up to a byte)."""
-    cdef int64_t bits
-    if packed:
-        if _mul_ovf(count, <int64_t>dtype.bits * dtype.lanes, &bits):
-            return SIZE_OVERFLOW
-        nbytes[0] = bits // 8 + (bits % 8 != 0)
-    elif _mul_ovf(count, itemsize, nbytes):
-        return SIZE_OVERFLOW
-    return SIZE_OK
-
-
-cdef inline void _c_strides(int ndim, const int64_t *shape, int64_t *out) noexcept nogil:
-    """C-contiguous element strides (zero extents count as 1, as NumPy's do)."""
-    cdef int i
-    cdef int64_t s = 1
-    for i in range(ndim - 1, -1, -1):
-        out[i] = s
-        if shape[i] > 1:
-            s *= shape[i]        # cannot wrap: _element_count bounded the nonzero product
-
-
-cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=None):
-    name = _types.dtype(t.code, t.bits, t.lanes).name
-    if err == SIZE_NO_BITS:
-        return (f"{protocol}: field 'dtype' = {name} has bits={t.bits}, lanes={t.lanes}; "
-                "both must be positive")
-    if err == SIZE_PADDED_WIDE:
-        return (f"{protocol}: field 'flags' has IS_SUBBYTE_TYPE_PADDED for the {t.bits}-bit "
-                f"type {name}; padding applies only to types narrower than a byte")
-    if err == SIZE_ODD_BITS:
-        return (f"{protocol}: field 'dtype' = {name} (bits={t.bits}, lanes={t.lanes}) is not a "
-                "whole number of bytes; only types narrower than a byte may be packed")
-    if err == SIZE_NEGATIVE:
-        return f"{protocol}: field 'shape' = {shape} has a negative extent"
-    return (f"{protocol}: field 'shape' = {shape} has more elements of {name} than memory can "
-            "hold (the byte size overflows 64 bits)")
+# The files it is made of, in dependency order (declarations, then the shared arithmetic, then
+# ownership and the driver, then readers and writers, which use them); a new reader or writer
+# adds its line to its group, and declares what it cimports in _decl.pxi.
+include "_decl.pxi"              # cimports and C declarations, for every file below
+include "_base.pxi"              # limits, device kinds, checked size arithmetic
+include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
+include "_cuda.pxi"              # the CUDA driver and stream ordering
+include "_in/buffer.pxi"         # readers, one per protocol
+include "_in/ndarray.pxi"
+include "_in/array_interface.pxi"
+include "_in/array_struct.pxi"
+include "_in/dlpack.pxi"
+include "_in/address.pxi"
+include "_in/arrow.pxi"
+include "_out/dlpack.pxi"        # writers, one per protocol
+include "_out/buffer.pxi"
+include "_out/array_interface.pxi"
+include "_out/exchange_api.pxi"
+include "_out/pickle.pxi"
+include "_out/arrow.pxi"
 
 
 cdef bint _making = False              # True only inside _new_object
@@ -276,9 +118,7 @@ cdef class DLPackObject:
     # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
-        if ndim < 0 or ndim > MAX_NDIM:
-            raise Refusal(f"{protocol}: field 'ndim' = {ndim} is out of range "
-                          f"(0 to {MAX_NDIM})")
+        _check_dims(protocol, "ndim", ndim, True)
         if ndim > INLINE_DIMS:
             self.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
             if self.dl.shape == NULL:
@@ -299,7 +139,7 @@ cdef class DLPackObject:
         multiplies an arbitrary value: those of extent-1 dimensions, and all of an empty array.
         """
         cdef int i, n = self.dl.ndim
-        cdef int64_t isz, step, lo = 0, hi = 0, expect, end
+        cdef int64_t isz, lo = 0, hi = 0, expect, end
         cdef bint packed, c = True, f = True
         cdef uintptr_t address = <uintptr_t>self.dl.data
         cdef SizeError err = _item_storage(self.dl.dtype, self._flags & FLAG_SUBBYTE_PADDED,
@@ -351,14 +191,8 @@ cdef class DLPackObject:
             raise Refusal(f"{protocol}: field 'data' is NULL for a non-empty array")
         if packed:
             hi = self._nbytes
-        else:
-            for i in range(n):
-                if (_mul_ovf(self.dl.shape[i] - 1, self.dl.strides[i], &step)
-                        or _mul_ovf(step, isz, &step)
-                        or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
-                    raise Refusal(self._span_message(protocol, "the address space"))
-            if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
-                raise Refusal(self._span_message(protocol, "the address space"))
+        elif _span_of(n, self.dl.shape, self.dl.strides, isz, &lo, &hi):
+            raise Refusal(self._span_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
             raise Refusal(self._span_message(protocol, "the address space"))
@@ -516,23 +350,6 @@ cdef class DLPackObject:
         """Data on any device as an "arrow_device_array_stream" capsule of one chunk."""
         return _arrow_stream_export(self, requested_schema, kwargs, True,
                                     "__arrow_c_device_stream__")
-
-
-include "_own.pxi"
-include "_cuda.pxi"
-include "_in/buffer.pxi"
-include "_in/ndarray.pxi"
-include "_in/array_interface.pxi"
-include "_in/array_struct.pxi"
-include "_in/dlpack.pxi"
-include "_in/address.pxi"
-include "_in/arrow.pxi"
-include "_out/dlpack.pxi"
-include "_out/buffer.pxi"
-include "_out/array_interface.pxi"
-include "_out/exchange_api.pxi"
-include "_out/pickle.pxi"
-include "_out/arrow.pxi"
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):

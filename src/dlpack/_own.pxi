@@ -2,16 +2,6 @@
 # the capsule destructors (one per struct kind), and the copy routine.
 
 
-cdef extern from "Python.h":
-    ctypedef int PyGILState_STATE
-    PyGILState_STATE PyGILState_Ensure() nogil
-    void PyGILState_Release(PyGILState_STATE) nogil
-    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
-    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
-    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
-    # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
-    void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
-
 cdef extern from *:
     """
     #if PY_VERSION_HEX >= 0x030D0000
@@ -93,8 +83,7 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
 
 cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
     """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
-    if t.ndim > 0 and t.shape == NULL:
-        raise Refusal(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
     self._alloc_dims(t.ndim, protocol)
     if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
         memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
@@ -232,19 +221,9 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
             i -= 1
 
 
-cdef void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
-    """Lowest and one-past-highest byte offset from data that an element occupies (non-empty
-    arrays; _validate checked that none of this overflows)."""
-    cdef int i
-    cdef int64_t step
-    lo[0] = 0
-    hi[0] = self._itemsize
-    for i in range(self.dl.ndim):
-        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._itemsize
-        if step < 0:
-            lo[0] += step
-        else:
-            hi[0] += step
+cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
+    """_span_of a validated non-empty array (_validate refused those that overflow)."""
+    _span_of(self.dl.ndim, self.dl.shape, self.dl.strides, self._itemsize, lo, hi)
 
 
 # -- deleters and the capsule destructors --------------------------------------------------------

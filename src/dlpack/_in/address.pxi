@@ -3,8 +3,6 @@
 # for the owner that keeps it alive; shape, strides and dtype go through _validate like every
 # reader's. Sequences are snapshot first (docs/spec.md §7).
 
-from libc.stdint cimport INT32_MAX
-
 
 cdef uintptr_t _address_arg(object address) except? 0:
     cdef uintptr_t top = <uintptr_t>-1

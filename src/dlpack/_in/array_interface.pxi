@@ -1,11 +1,6 @@
 # Providers: __array_interface__ (v3) and __cuda_array_interface__ (v2, v3), which share a layout.
 # Every field is read once into a local (a snapshot), so a provider that changes the dict or a
 # sequence while we read it cannot make us size one thing and fill another.
-from collections.abc import Mapping as _Mapping
-
-from cpython.number cimport PyNumber_Index
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GetSlice
-
 
 cdef tuple _AI_VERSIONS = (3,)
 cdef tuple _CAI_VERSIONS = (2, 3)

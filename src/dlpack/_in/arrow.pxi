@@ -5,10 +5,6 @@
 # structs are moved (copied) before use, each child is copied once before it is read, and
 # every length, offset and pointer is checked before a view is made.
 
-from libc.string cimport memcmp, memset
-
-cdef extern from "string.h":
-    size_t strnlen(const char *, size_t) nogil
 
 cdef extern from *:
     """
@@ -644,10 +640,6 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
         _arrow_dims(r, 0, &t, sizes, protocol)
         r._validate(protocol, STRIDES_C, 0, -1)
     return r
-
-
-cdef extern from "Python.h":
-    PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
 
 
 cdef inline bint _type_has(type t, str name) noexcept:

@@ -106,11 +106,6 @@ cdef str _format_refusal(const char *fmt):
             "e f d Zf Zd c, optionally after @ = < > !")
 
 
-cdef extern from "Python.h":
-    char *PyBytes_AS_STRING(object)
-    Py_ssize_t PyBytes_GET_SIZE(object)
-
-
 cdef DLPackObject _from_bytes(object obj):
     """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
     cdef DLPackObject r = _new_object()
@@ -154,8 +149,7 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     cdef Py_buffer *v = &self._view
     cdef int i
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
-    if v.ndim > 0 and v.shape == NULL:
-        raise Refusal(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
+    _check_dims("buffer protocol", "ndim", v.ndim, v.shape != NULL)
     if v.suboffsets != NULL:
         for i in range(v.ndim):
             if v.suboffsets[i] >= 0:

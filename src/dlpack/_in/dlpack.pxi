@@ -163,11 +163,7 @@ cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint
     cdef int i
     if version != NULL:
         v = version[0]
-    if t.ndim < 0 or t.ndim > MAX_NDIM:
-        raise Refusal(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
-                      f"(0 to {MAX_NDIM})")
-    if t.ndim > 0 and t.shape == NULL:
-        raise Refusal(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
     if t.ndim > 0:
         dims = <int64_t *>malloc(2 * t.ndim * sizeof(int64_t))
         if dims == NULL:

@@ -28,8 +28,6 @@ cdef extern from *:
         int type_num
 
 cdef enum:
-    NPY_ALIGNED = 0x100
-    NPY_WRITEABLE = 0x400
     NPY_TYPES = 24
 
 cdef DLDataType _npy_types[NPY_TYPES]     # by NumPy type number; bits 0 = not handled here
@@ -42,8 +40,7 @@ cdef void _npy_type(int num, uint8_t code, uint8_t bits) noexcept:
     _npy_types[num].lanes = 1
 
 
-for _i in range(NPY_TYPES):
-    _npy_type(_i, 0, 0)
+memset(_npy_types, 0, sizeof(_npy_types))          # bits 0: not handled here
 _npy_type(0, kDLBool, 8)
 _npy_type(1, kDLInt, 8)
 _npy_type(2, kDLUInt, 8)

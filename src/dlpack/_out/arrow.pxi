@@ -4,8 +4,6 @@
 # holds the DLPackObject (through an _ArrowAnchor, _own.pxi) until its release callback runs;
 # schemas hold nothing. Builders run without the GIL, so a stream serves any thread.
 
-from libc.errno cimport EINVAL, ENOMEM
-from libc.stdio cimport snprintf
 
 cdef extern from *:
     """
@@ -383,8 +381,8 @@ cdef object _arrow_array_export(DLPackObject self, object requested, dict kwargs
         _refuse_kwargs(kwargs, protocol)
     meta = _arrow_describe(self, &d, protocol, device)
     _arrow_requested(self, &d, requested, protocol)
-    if not device and _cuda_kind(d.device_type):    # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    if not device:
+        _host_wait(self)
     schema = _arrow_schema_capsule(&d)
     base = calloc(1, sizeof(ArrowDeviceArray) if device else sizeof(ArrowArray))
     if base == NULL:
@@ -516,8 +514,8 @@ cdef object _arrow_stream_export(DLPackObject self, object requested, dict kwarg
         _refuse_kwargs(kwargs, protocol)
     meta = _arrow_describe(self, &d, protocol, device)
     _arrow_requested(self, &d, requested, protocol)
-    if not device and _cuda_kind(d.device_type):
-        _sync_for(self, None, True)
+    if not device:
+        _host_wait(self)
     base = calloc(1, sizeof(ArrowDeviceArrayStream) if device else sizeof(ArrowArrayStream))
     if base == NULL:
         raise MemoryError()

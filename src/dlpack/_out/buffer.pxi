@@ -45,8 +45,7 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
         raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
     cdef const char *fmt = _buffer_format(self)
-    if _cuda_kind(self.dl.device.device_type):     # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    _host_wait(self)
     if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
         raise Refusal("buffer protocol: a writable buffer was requested, but the data "
                       "is read-only")

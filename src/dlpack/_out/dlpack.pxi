@@ -2,8 +2,6 @@
 # dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data
 # (docs/spec.md §10).
 # The export block, its deleters and the capsule destructors live in _own.pxi.
-from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
-from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
@@ -66,14 +64,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
 
 
 cdef int _rocm_order(DLPackObject self, object stream) except -1:
-    """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing.
-    The stream is taken with __index__ first (an int subclass's == is never asked)."""
-    try:
-        if type(stream) is bool:
-            raise TypeError
-        value = PyNumber_Index(stream)
-    except TypeError:
-        raise Refusal(f"__dlpack__: stream = {stream!r} is not None or an int") from None
+    """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing."""
+    value = _stream_index(stream, "__dlpack__: stream")
     if value == -1:
         return 0
     if self._resync is None:
@@ -150,22 +142,6 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
     return 0
 
 
-cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
-    """The stream CUDA data's pending work is on: 1 and out set, or 0 when there is none."""
-    cdef void *current = NULL
-    if self._work_api != NULL:
-        if self._work_api.current_work_stream(<c_DLDeviceType>self.dl.device.device_type,
-                                              self.dl.device.device_id, &current) != 0:
-            if PyErr_Occurred():
-                return -1
-            raise Refusal("__dlpack_c_exchange_api__: the producer's current_work_stream "
-                          "failed")
-        out[0] = <uintptr_t>current if current != NULL else CU_STREAM_LEGACY
-        return 1
-    out[0] = self._stream
-    return self._stream != 0
-
-
 cdef int _torch_current_device(DLPackObject self) except -1:
     """torch's own __dlpack__ refuses CUDA tensors off the current device; so do exports of
     tensors taken through its C exchange API (§4: a fast path refuses what the producer does)."""
@@ -175,42 +151,6 @@ cdef int _torch_current_device(DLPackObject self) except -1:
                       f"device index (tensor on cuda:{self.dl.device.device_id}, current "
                       f"device cuda:{current}); call torch.cuda.set_device("
                       f"{self.dl.device.device_id}) first")
-    return 0
-
-
-cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
-    """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
-
-    A __dlpack__ provider is asked again with the consumer's stream and orders itself (its
-    capsule is dropped); providers that refuse the per-thread default stream (torch) are asked
-    for the legacy default stream, which stream 2 waits for. Otherwise one event, or for a host
-    reader a synchronize, on the producer's stream.
-    """
-    cdef uintptr_t producer, consumer
-    if self._event != NULL:             # an Arrow producer's sync_event (docs/spec.md §13)
-        if host_reads:
-            if stream is not None:
-                _consumer_stream(stream, &consumer)
-            return _cu_event_sync(self.dl.device.device_id, self._event)
-        if _consumer_stream(stream, &consumer):
-            _cu_event_wait(self.dl.device.device_id, self._event, consumer)
-        return 0
-    if host_reads:
-        if stream is not None:
-            _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says
-        if self._resync is not None:
-            self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
-            producer = CU_STREAM_LEGACY
-        elif not _producer_stream(self, &producer):
-            return 0
-        return _cu_stream_sync(self.dl.device.device_id, producer)
-    if not _consumer_stream(stream, &consumer):
-        return 0
-    if self._resync is not None:
-        self._resync.__dlpack__(
-            stream=CU_STREAM_LEGACY if consumer == CU_STREAM_PER_THREAD else consumer)
-    elif _producer_stream(self, &producer) and producer != consumer:
-        _cu_stream_wait(self.dl.device.device_id, producer, consumer)
     return 0
 
 
@@ -323,8 +263,7 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     cdef const char *src = <const char *>self.dl.data
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
-    if _cuda_kind(self.dl.device.device_type):      # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    _host_wait(self)
     cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
     try:
         if self._count and not self._c_contig:

@@ -5,10 +5,6 @@
 # _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
 # the same _validate every reader uses.
 
-from libc.stdint cimport uint8_t, uint16_t
-
-import pickle as _pickle
-
 # A strided array is sent as the span its elements reach (zero-copy, strides kept) unless that
 # span is more than this many times its element bytes; then as a C-contiguous copy.
 cdef enum:
@@ -55,6 +51,8 @@ cdef object _reduce(DLPackObject self, int protocol):
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
     cdef int64_t lo = 0, hi = self._nbytes
+    cdef int64_t c_strides[MAX_NDIM]
+    cdef int i
     cdef bint readonly = self._flags & FLAG_READ_ONLY
     cdef bytearray copy
     cdef _Span span
@@ -64,8 +62,7 @@ cdef object _reduce(DLPackObject self, int protocol):
             "cannot read; pickle a host copy instead: "
             f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
             "host with its producer (e.g. tensor.cpu())")
-    if _cuda_kind(self.dl.device.device_type):
-        _sync_for(self, None, True)         # pinned or managed memory: the producer's work first
+    _host_wait(self)
     strides = self.strides
     if self._count and not self._c_contig:
         _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
@@ -78,7 +75,8 @@ cdef object _reduce(DLPackObject self, int protocol):
         _gather(span.ptr, <const char *>self.dl.data, self)
         span.owner = copy
         lo, hi = 0, self._nbytes
-        strides = _c_strides_of(self.shape)
+        _c_strides(self.dl.ndim, self.dl.shape, c_strides)
+        strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
     else:
         span.ptr = <char *>(<uintptr_t>self.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self
@@ -93,17 +91,6 @@ cdef object _reduce(DLPackObject self, int protocol):
     t = self.dl.dtype
     return _rebuild, (data, t.code, t.bits, t.lanes, self.shape, strides, -lo,
                       self._flags & _PICKLED_FLAGS)
-
-
-cdef tuple _c_strides_of(tuple shape):
-    """C-contiguous element strides for the gathered copy (as _c_strides, from a tuple)."""
-    cdef list out = []
-    cdef int64_t s = 1
-    for n in reversed(shape):
-        out.append(s)
-        if n > 1:
-            s *= n
-    return tuple(out[::-1])
 
 
 cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
