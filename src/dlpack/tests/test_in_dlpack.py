@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from dlpack import DLPackObject, asdlpack, todict
-from dlpack.tests.helpers import CONSUMERS, check_exchange, lib
+from dlpack.tests.helpers import CONSUMERS, capsule, check_exchange, lib
 
 np = lib("numpy")
 
@@ -89,12 +89,7 @@ def test_raw_versioned_capsule():
 
 
 def test_foreign_capsule_rejected():
-    import ctypes
-
-    make = ctypes.pythonapi.PyCapsule_New
-    make.restype = ctypes.py_object
-    make.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    foreign = make(1, b"not_a_tensor", None)
+    foreign = capsule(1, b"not_a_tensor")
     with pytest.raises(BufferError, match="not_a_tensor"):
         asdlpack(foreign)
 
