@@ -21,12 +21,6 @@ from dlpack.tools.check_arrow import (
     struct_of,
 )
 
-PRIMITIVES = [  # (name, Arrow format, struct code)
-    ("int8", b"c", "b"), ("uint8", b"C", "B"), ("int16", b"s", "h"), ("uint16", b"S", "H"),
-    ("int32", b"i", "i"), ("uint32", b"I", "I"), ("int64", b"l", "q"), ("uint64", b"L", "Q"),
-    ("float16", b"e", "e"), ("float32", b"f", "f"), ("float64", b"g", "d")]
-
-
 _RENAMES = (b"arrow_array", b"arrow_schema", b"arrow_array_stream", b"renamed")  # kept alive
 
 
