@@ -1,5 +1,6 @@
 # Limits, device kinds and the checked size arithmetic every reader, writer and allocator
-# shares.
+# shares; what several readers ask of a description (byte order, sequence snapshots, ml_dtypes
+# names).
 
 cdef enum:
     INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
@@ -163,3 +164,67 @@ cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=N
         return f"{protocol}: field 'shape' = {shape} has a negative extent"
     return (f"{protocol}: field 'shape' = {shape} has more elements of {name} than memory can "
             "hold (the byte size overflows 64 bits)")
+
+
+# -- what several readers ask of a description ------------------------------------------------
+
+cdef inline bint _native_order(char order) noexcept nogil:
+    cdef int one = 1
+    cdef bint little = (<char *>&one)[0] == 1
+    if order == b'>' or order == b'!':
+        return not little
+    if order == b'<':
+        return little
+    return True
+
+
+cdef tuple _ai_sequence(str protocol, str field, object value):
+    """A snapshot of a shape or strides sequence (tuple or list)."""
+    if not isinstance(value, (tuple, list)):
+        raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
+    return tuple(value)
+
+
+cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from
+cdef dict _ml_types = {}        # id(ml_dtypes scalar type) -> (that type, its name)
+
+
+cdef str _ml_name(object obj, str typestr):
+    """The ml_dtypes type behind a 'V' typestr (or 'f1', float8_e5m2's, in any spelling), or None.
+
+    Only a real dtype object says it: obj.dtype must be a numpy.dtype whose scalar type *is*
+    ml_dtypes' (by identity). A name alone (a structured field called 'bfloat16', a descr, a
+    dtype look-alike) is not a type; docs/spec.md §3.7.
+    """
+    global _ml_module
+    cdef Py_ssize_t i, n = len(typestr)
+    if n < 3:
+        return None
+    if typestr[1] == "f":                   # 'f1', 'f01'...: float8_e5m2's; 'f4' is float32
+        if typestr[n - 1] != "1":
+            return None
+        for i in range(2, n - 1):
+            if typestr[i] != "0":
+                return None
+    elif typestr[1] != "V":
+        return None
+    ml = sys.modules.get("ml_dtypes")
+    np = sys.modules.get("numpy")
+    if ml is None or np is None:
+        return None
+    try:
+        dt = obj.dtype
+        if not isinstance(dt, np.dtype):
+            return None
+        scalar = dt.type
+    except Exception:
+        return None           # no dtype to ask: the typestr alone says opaque bytes
+    if ml is not _ml_module:
+        _ml_types.clear()
+        for name in _types.ML_DTYPES:
+            t = getattr(ml, name, None)
+            if isinstance(t, type):
+                _ml_types[id(t)] = (t, name)
+        _ml_module = ml
+    hit = _ml_types.get(id(scalar))
+    return hit[1] if hit is not None and hit[0] is scalar else None

@@ -7,51 +7,6 @@ cdef tuple _CAI_VERSIONS = (2, 3)
 cdef dict _TYPESTRS = {}        # typestr -> (code, bits, flags): parses that needed no name
 
 
-cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from
-cdef dict _ml_types = {}        # id(ml_dtypes scalar type) -> (that type, its name)
-
-
-cdef str _ml_name(object obj, str typestr):
-    """The ml_dtypes type behind a 'V' typestr (or 'f1', float8_e5m2's, in any spelling), or None.
-
-    Only a real dtype object says it: obj.dtype must be a numpy.dtype whose scalar type *is*
-    ml_dtypes' (by identity). A name alone (a structured field called 'bfloat16', a descr, a
-    dtype look-alike) is not a type; docs/spec.md §3.7.
-    """
-    global _ml_module
-    cdef Py_ssize_t i, n = len(typestr)
-    if n < 3:
-        return None
-    if typestr[1] == "f":                   # 'f1', 'f01'...: float8_e5m2's; 'f4' is float32
-        if typestr[n - 1] != "1":
-            return None
-        for i in range(2, n - 1):
-            if typestr[i] != "0":
-                return None
-    elif typestr[1] != "V":
-        return None
-    ml = sys.modules.get("ml_dtypes")
-    np = sys.modules.get("numpy")
-    if ml is None or np is None:
-        return None
-    try:
-        dt = obj.dtype
-        if not isinstance(dt, np.dtype):
-            return None
-        scalar = dt.type
-    except Exception:
-        return None           # no dtype to ask: the typestr alone says opaque bytes
-    if ml is not _ml_module:
-        _ml_types.clear()
-        for name in _types.ML_DTYPES:
-            t = getattr(ml, name, None)
-            if isinstance(t, type):
-                _ml_types[id(t)] = (t, name)
-        _ml_module = ml
-    hit = _ml_types.get(id(scalar))
-    return hit[1] if hit is not None and hit[0] is scalar else None
-
-
 cdef tuple _typestr(str protocol, object obj, str typestr, object descr):
     """(code, bits, flags) of a typestr, remembered for the few valid ones that need no name."""
     name = _ml_name(obj, typestr)
@@ -79,13 +34,6 @@ cdef str _ml_field(object descr):
             and descr[0][0] in _types.ML_DTYPES):
         return descr[0][0]
     return None
-
-
-cdef tuple _ai_sequence(str protocol, str field, object value):
-    """A snapshot of a shape or strides sequence (tuple or list)."""
-    if not isinstance(value, (tuple, list)):
-        raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
-    return tuple(value)
 
 
 cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -1:

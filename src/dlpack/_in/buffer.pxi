@@ -1,16 +1,6 @@
 # Provider: the Python buffer protocol (PEP 3118).
 
 
-cdef inline bint _native_order(char order) noexcept nogil:
-    cdef int one = 1
-    cdef bint little = (<char *>&one)[0] == 1
-    if order == b'>' or order == b'!':
-        return not little
-    if order == b'<':
-        return little
-    return True
-
-
 cdef inline Py_ssize_t _code_width(char c, bint cplx, bint native) noexcept nogil:
     """Bytes of one item of a format code, in native (@) or standard (= < > !) size (struct)."""
     if cplx:

@@ -98,10 +98,10 @@ cdef DLPackObject _from_torch(object t):
                 return None                 # torch's own __dlpack__ below gives its message
             device_type = r.dl.device.device_type
             # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
-            if (device_type == kDLCPU or (device_type == kDLCUDA
-                                          and _torch_api.current_work_stream != NULL
-                                          and _torch_current(r.dl.device.device_id))
-                    ) and not (r.dl.dtype.code == kDLComplex and t.is_conj()):
+            if ((device_type == kDLCPU
+                 or (device_type == kDLCUDA and _torch_api.current_work_stream != NULL
+                     and _torch_current(r.dl.device.device_id)))
+                    and not (r.dl.dtype.code == kDLComplex and t.is_conj())):
                 if device_type == kDLCUDA:
                     r._stream = 0
                     r._work_api = _torch_api
