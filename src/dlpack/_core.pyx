@@ -14,7 +14,7 @@ from cpython.exc cimport PyErr_Occurred, PyErr_SetString
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, strcmp
 
 from dlpack._abi cimport *
 

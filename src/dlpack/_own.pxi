@@ -11,6 +11,7 @@ cdef extern from "Python.h":
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
     # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
     void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
+    const char *_capsule_name "PyCapsule_GetName"(object) noexcept   # our capsules: valid
 
 cdef extern from *:
     """
@@ -293,12 +294,10 @@ cdef inline void _delete_unconsumed(object capsule, bint versioned) noexcept:
     cdef PyObject *et
     cdef PyObject *ev
     cdef PyObject *tb
-    cdef const char *name
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        name = b"dltensor_versioned"
-    elif PyCapsule_IsValid(capsule, b"dltensor"):
-        name = b"dltensor"
-    else:
+    cdef const char *name = _capsule_name(capsule)
+    if name == NULL or name[0] != b'd':     # "used_…": the common case, decided by one byte
+        return
+    if strcmp(name, b"dltensor_versioned") != 0 and strcmp(name, b"dltensor") != 0:
         return
     PyErr_Fetch(&et, &ev, &tb)          # the deleter may run Python code (finalizers)
     _delete_managed(_capsule_pointer(capsule, name), versioned)

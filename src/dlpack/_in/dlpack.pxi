@@ -208,10 +208,10 @@ cdef inline bint _torch_says(object method, object t) except -1:
 cdef DLPackObject _from_torch(object t):
     """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
 
-    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors and CUDA tensors off the
-    current device, but exports a negative-bit view without negating it: that one is refused
-    here, on every path. Its C API refuses none of these, so they are asked here first (docs/
-    spec.md §3.1). CUDA data is ordered at each export after the stream torch's
+    torch's __dlpack__ refuses requires_grad tensors and CUDA tensors off the current device,
+    and conjugate-bit ones by asking an instance attribute; it exports a negative-bit view
+    without negating it. Neg and conj bits are refused here, on every path; its C API refuses
+    none of these, so they are asked here first (docs/spec.md §3.1). CUDA data is ordered at each export after the stream torch's
     current_work_stream names then, as torch's __dlpack__ would be.
     """
     cdef DLPackObject self
@@ -227,10 +227,19 @@ cdef DLPackObject _from_torch(object t):
     if (self.dl.device.device_type == kDLCUDA
                         and not _torch_current(self.dl.device.device_id)):
         return None
-    # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
-    if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
-        return None
+    _torch_conj_check(self, t)
     return self
+
+
+cdef int _torch_conj_check(DLPackObject self, object t) except -1:
+    """Refuse a conjugate-bit tensor's export (its values are not the tensor's), on every path:
+    torch's own __dlpack__ asks an instance attribute, which can be made to lie. The bit
+    exists for complex tensors only (conj() of a real one is itself)."""
+    if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
+        raise BufferError("__dlpack__: the torch tensor has its conjugate bit set, and its "
+                          "export would give the unconjugated values; call t.resolve_conj() "
+                          "first")
+    return 0
 
 
 cdef bint _torch_current(int32_t device_id) noexcept:
@@ -245,11 +254,14 @@ cdef bint _torch_current(int32_t device_id) noexcept:
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
     cdef DLPackObject self
-    if _is_torch_tensor(obj):
+    cdef bint torch = _is_torch_tensor(obj)
+    if torch:
         self = _from_torch(obj)
         if self is not None:
             return self
     self = _from_capsule(_call_dlpack(obj, None), obj)
+    if torch:
+        _torch_conj_check(self, obj)
     if _cuda_kind(self.dl.device.device_type) or self.dl.device.device_type == kDLROCM:
         self._resync = obj
     return self
