@@ -496,6 +496,19 @@ cdef DLPackObject _dispatch(object obj):
             if r is not None:
                 return r
             claims = _note(claims, "Arrow PyCapsule interface", None)
+    cap = _api_capsule(t)
+    if cap is not None and not _is_torch_tensor(obj):   # torch's: in _from_dlpack_method
+        try:
+            r = _from_exchange_api(obj, cap, refusals)
+            if r is not None:
+                if claims is not None:
+                    _agrees(r, "__dlpack_c_exchange_api__", claims, obj)
+                return r
+        except MemoryError:
+            raise
+        except Exception as e:
+            refusals.append(("__dlpack_c_exchange_api__", e))
+            claims = _note(claims, "__dlpack_c_exchange_api__", None)
     try:
         has_dlpack = getattr(obj, "__dlpack__", None) is not None
     except MemoryError:
@@ -597,6 +610,15 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
         r = _from_bytes(obj)
     elif t is bytearray or t is memoryview:
         r = _from_buffer(obj)
+    elif t is _torch_tensor:
+        # torch's C exchange API, after the checks its __dlpack__ makes; anything it leaves
+        # (or refuses) takes the full protocol order, for the same result and message.
+        try:
+            r = _from_torch(obj)
+        except Exception:
+            r = None
+        if r is None:
+            r = _dispatch(obj)
     elif t is _ndarray:
         # Same memory, owner and flags as its __dlpack__ at a fraction of the cost; anything
         # unusual (unaligned, structured, ml_dtypes…) takes the full protocol order.

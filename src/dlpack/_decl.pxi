@@ -28,7 +28,7 @@ from libc.stdint cimport (
 )
 from libc.stdio cimport snprintf
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memset, strcmp
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from dlpack._abi cimport *
@@ -53,7 +53,9 @@ cdef extern from "Python.h":
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
     # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
     void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
+    const char *_capsule_name "PyCapsule_GetName"(object) noexcept   # our capsules: valid
     PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
+    object PyObject_Vectorcall(object, PyObject **, size_t, PyObject *)
     char *PyBytes_AS_STRING(object)
     Py_ssize_t PyBytes_GET_SIZE(object)
 

@@ -274,12 +274,10 @@ cdef inline void _delete_unconsumed(object capsule, bint versioned) noexcept:
     cdef PyObject *et
     cdef PyObject *ev
     cdef PyObject *tb
-    cdef const char *name
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        name = b"dltensor_versioned"
-    elif PyCapsule_IsValid(capsule, b"dltensor"):
-        name = b"dltensor"
-    else:
+    cdef const char *name = _capsule_name(capsule)
+    if name == NULL or name[0] != b'd':     # "used_…": the common case, decided by one byte
+        return
+    if strcmp(name, b"dltensor_versioned") != 0 and strcmp(name, b"dltensor") != 0:
         return
     PyErr_Fetch(&et, &ev, &tb)          # the deleter may run Python code (finalizers)
     _delete_managed(_capsule_pointer(capsule, name), versioned)

@@ -46,67 +46,199 @@ cdef object _call_dlpack(object obj, object stream):
     return meth() if stream is None else meth(stream=stream)
 
 
-# -- torch.Tensor: its C exchange API is a fast path only where it agrees with __dlpack__ -------
+# -- producers' C exchange API (DLPack 1.3 __dlpack_c_exchange_api__): a fast path ----------
+
+cdef extern from *:
+    """
+    /* The value of a descriptor d (a property, a getset) on obj, as obj.name would give it
+       when the type's attribute wins; d itself when it is not a descriptor. */
+    static PyObject *dlpk_descr_get(PyObject *d, PyObject *obj) {
+        descrgetfunc get = Py_TYPE(d)->tp_descr_get;
+        if (get == NULL) {
+            Py_INCREF(d);
+            return d;
+        }
+        return get(d, obj, (PyObject *)Py_TYPE(obj));
+    }
+    """
+    object _descr_get "dlpk_descr_get"(object, object)
+
+
+# A producer's entry point as it is: -1 may come without an error set (_api_failed says so).
+ctypedef int (*_FromPyObject)(void *, DLManagedTensorVersioned **) noexcept
+
 
 cdef object _torch_tensor = None              # torch.Tensor, once torch is imported
 cdef DLPackExchangeAPI *_torch_api = NULL   # its __dlpack_c_exchange_api__, when usable
 cdef object _torch_api_capsule = None       # keeps the API struct alive
+cdef object _torch_is_neg = None            # torch.Tensor's own is_neg, is_conj and
+cdef object _torch_is_conj = None           # requires_grad, looked up once: asking them costs
+cdef object _torch_requires_grad = None     # no attribute lookup or bound method per tensor
+
+
+cdef DLPackExchangeAPI *_usable_api(object cap) noexcept:
+    """The DLPack 1.x exchange API a "dlpack_exchange_api" capsule offers, or NULL (_unusable
+    says why). A newer major version is not read: its prev_api chain is walked for a 1.x one
+    (dlpack.h); an API without managed_tensor_from_py_object_no_sync offers nothing to import.
+    """
+    cdef DLPackExchangeAPIHeader *h
+    cdef int hops
+    if not PyCapsule_IsValid(cap, b"dlpack_exchange_api"):
+        return NULL
+    h = <DLPackExchangeAPIHeader *>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
+    for hops in range(16):                  # a chain longer than DLPack's history is a loop
+        if h == NULL or h.version.major < DLPACK_MAJOR:
+            return NULL
+        if h.version.major == DLPACK_MAJOR:
+            if (<DLPackExchangeAPI *>h).managed_tensor_from_py_object_no_sync == NULL:
+                return NULL
+            return <DLPackExchangeAPI *>h
+        h = h.prev_api
+    return NULL
+
+
+cdef str _unusable(object cap):
+    """Why _usable_api gave NULL for cap."""
+    cdef DLPackExchangeAPIHeader *h
+    if not PyCapsule_IsValid(cap, b"dlpack_exchange_api"):
+        return f"it is a {type(cap).__name__}, not a \"dlpack_exchange_api\" capsule"
+    h = <DLPackExchangeAPIHeader *>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
+    if h.version.major == DLPACK_MAJOR:
+        return "its managed_tensor_from_py_object_no_sync is NULL"
+    return (f"version {h.version.major}.{h.version.minor} with no {DLPACK_MAJOR}.x API in its "
+            f"prev_api chain (this pydlpack implements {DLPACK_MAJOR}.{DLPACK_MINOR})")
+
+
+cdef object _api_capsule(type t):
+    """t's __dlpack_c_exchange_api__ when it serves t's instances, else None.
+
+    Found on the type (never the instance), by a cached lookup that costs little when absent;
+    not when a class between t and the API's class overrides __dlpack__ (the API would bypass
+    that override).
+    """
+    if _PyType_Lookup(t, "__dlpack_c_exchange_api__") == NULL:
+        return None
+    for c in t.__mro__:
+        d = c.__dict__
+        if "__dlpack_c_exchange_api__" in d:
+            return d["__dlpack_c_exchange_api__"]
+        if "__dlpack__" in d:
+            return None
+    return None
+
+
+cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
+    """obj through api's managed_tensor_from_py_object_no_sync.
+
+    Used for data on the host, and for CUDA data when the API names the producer's current
+    stream (each export is ordered after it, as __dlpack__ would order it); any other device is
+    refused, for __dlpack__ to be asked. A failed call's Python error propagates.
+    """
+    cdef DLManagedTensorVersioned *m = NULL
+    cdef DLPackObject r
+    cdef int32_t device_type
+    cdef _FromPyObject call = <_FromPyObject>api.managed_tensor_from_py_object_no_sync
+    if call(<void *>obj, &m) != 0:
+        _api_failed()
+    r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
+    device_type = r.dl.device.device_type
+    if device_type == kDLCPU:
+        return r
+    if device_type == kDLCUDA and api.current_work_stream != NULL:
+        r._stream = 0
+        r._work_api = api
+        r._keep = keep                   # the API struct lives as long as its capsule
+        return r
+    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.dl.device)} "
+                  "cannot be ordered through this API; __dlpack__ is asked instead")
+
+
+cdef int _api_failed() except -1:
+    """Raise the error a failed exchange-API call set (-1 passes it on), or say it set none."""
+    if PyErr_Occurred():
+        return -1
+    raise Refusal("__dlpack_c_exchange_api__: managed_tensor_from_py_object_no_sync failed "
+                  "without setting an error")
+
+
+cdef DLPackObject _from_exchange_api(object obj, object cap, list refusals):
+    """asdlpack's exchange-API step for any producer but torch (whose API is _from_torch's):
+    the tensor, or None with the reason in refusals, for __dlpack__ to be asked next."""
+    cdef DLPackExchangeAPI *api = _usable_api(cap)
+    if api == NULL:
+        refusals.append(("__dlpack_c_exchange_api__", Refusal(
+            f"__dlpack_c_exchange_api__: not used: {_unusable(cap)}")))
+        return None
+    return _via_api(api, obj, cap)          # a failed call raises: the caller records it
 
 
 cdef bint _is_torch_tensor(object obj) except -1:
     """isinstance(obj, torch.Tensor), without importing torch (identity, not names)."""
     global _torch_tensor, _torch_api, _torch_api_capsule
+    global _torch_is_neg, _torch_is_conj, _torch_requires_grad
+    cdef PyObject *query[3]
     if _torch_tensor is None:
         torch = sys.modules.get("torch")
         tensor = getattr(torch, "Tensor", None) if torch is not None else None
         if not isinstance(tensor, type) or not isinstance(obj, tensor):
             return False
+        query[0] = _PyType_Lookup(<type>tensor, "is_neg")
+        query[1] = _PyType_Lookup(<type>tensor, "is_conj")
+        query[2] = _PyType_Lookup(<type>tensor, "requires_grad")
+        if query[0] == NULL or query[1] == NULL or query[2] == NULL:
+            return False                    # not the torch this reader knows
+        _torch_is_neg = <object>query[0]
+        _torch_is_conj = <object>query[1]
+        _torch_requires_grad = <object>query[2]
         _torch_tensor = tensor
-        cap = getattr(tensor, "__dlpack_c_exchange_api__", None)
-        if cap is not None and PyCapsule_IsValid(cap, b"dlpack_exchange_api"):
-            api = <DLPackExchangeAPI *>PyCapsule_GetPointer(cap, b"dlpack_exchange_api")
-            if (api.header.version.major == DLPACK_MAJOR
-                    and api.managed_tensor_from_py_object_no_sync != NULL):
-                _torch_api = api
-                _torch_api_capsule = cap
+        cap = tensor.__dict__.get("__dlpack_c_exchange_api__")
+        if cap is not None:
+            _torch_api = _usable_api(cap)
+            _torch_api_capsule = cap
     return isinstance(obj, _torch_tensor)
+
+
+cdef inline bint _torch_says(object method, object t) except -1:
+    """torch.Tensor's own method called on t (an instance attribute cannot stand in for it)."""
+    cdef PyObject *arg = <PyObject *>t
+    return bool(PyObject_Vectorcall(method, &arg, 1, NULL))
 
 
 cdef DLPackObject _from_torch(object t):
     """A torch tensor: refuse what torch's export gets wrong; use its C API where it agrees.
 
-    torch's __dlpack__ refuses conjugate-bit and requires_grad tensors and CUDA tensors off the
-    current device, but exports a negative-bit view without negating it: that one is refused
-    here, on every path. CUDA data is ordered at each export after the stream torch's
-    current_work_stream names then, as torch's __dlpack__ would be.
+    torch's __dlpack__ refuses requires_grad tensors and CUDA tensors off the current device,
+    and conjugate-bit ones by asking an instance attribute; it exports a negative-bit view
+    without negating it. Neg and conj bits are refused here, on every path; its C API refuses
+    none of these, so they are asked here first (docs/spec.md §3.1). CUDA data is ordered at
+    each export after the stream torch's current_work_stream names then, as torch's __dlpack__
+    would be.
     """
-    cdef DLManagedTensorVersioned *m = NULL
     cdef DLPackObject r
-    cdef int32_t device_type
-    if t.is_neg():
+    if _torch_says(_torch_is_neg, t):
         raise Refusal("__dlpack__: the torch tensor has its negative bit set, and torch "
                       "exports it without negating the values; call t.resolve_neg() first")
-    if _torch_api != NULL and type(t) is _torch_tensor and not t.requires_grad:
-        try:
-            _torch_api.managed_tensor_from_py_object_no_sync(<void *>t, &m)
-        except Exception:
-            m = NULL                        # __dlpack__ below gives torch's own message
-        if m != NULL:
-            try:                            # m is ours: read once, dropping r deletes it
-                r = _adopt(m, True, t, "__dlpack_c_exchange_api__")
-            except BufferError:
-                return None                 # torch's own __dlpack__ below gives its message
-            device_type = r.dl.device.device_type
-            # The conjugate bit exists for complex tensors only (conj() of a real one is itself).
-            if ((device_type == kDLCPU
-                 or (device_type == kDLCUDA and _torch_api.current_work_stream != NULL
-                     and _torch_current(r.dl.device.device_id)))
-                    and not (r.dl.dtype.code == kDLComplex and t.is_conj())):
-                if device_type == kDLCUDA:
-                    r._stream = 0
-                    r._work_api = _torch_api
-                return r
-    return None                             # other devices or conj: torch's own path below
+    if _torch_api == NULL or type(t) is not _torch_tensor or _descr_get(_torch_requires_grad, t):
+        return None
+    try:
+        r = _via_api(_torch_api, t, None)
+    except Exception:
+        return None                         # torch's own __dlpack__ gives its message
+    if r.dl.device.device_type == kDLCUDA and not _torch_current(r.dl.device.device_id):
+        return None
+    _torch_conj_check(r, t)
+    return r
+
+
+cdef int _torch_conj_check(DLPackObject self, object t) except -1:
+    """Refuse a conjugate-bit tensor's export (its values are not the tensor's), on every path:
+    torch's own __dlpack__ asks an instance attribute, which can be made to lie. The bit
+    exists for complex tensors only (conj() of a real one is itself)."""
+    if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
+        raise Refusal("__dlpack__: the torch tensor has its conjugate bit set, and its "
+                      "export would give the unconjugated values; call t.resolve_conj() "
+                      "first")
+    return 0
 
 
 cdef bint _torch_current(int32_t device_id) noexcept:
@@ -121,11 +253,14 @@ cdef bint _torch_current(int32_t device_id) noexcept:
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
     cdef DLPackObject r
-    if _is_torch_tensor(obj):
+    cdef bint torch = _is_torch_tensor(obj)
+    if torch:
         r = _from_torch(obj)
         if r is not None:
             return r
     r = _from_capsule(_call_dlpack(obj, None), obj)
+    if torch:
+        _torch_conj_check(r, obj)
     if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
         r._resync = obj
     return r

@@ -66,6 +66,31 @@ def test_torch_refusals_kept_on_the_fast_path():
         asdlpack(torch._neg_view(z.real.contiguous()))
 
 
+def test_torch_checks_ask_torch_not_the_instance():
+    """The bits are asked of torch.Tensor's own methods: an instance attribute cannot answer."""
+    torch = lib("torch")
+    t = torch._neg_view(torch.arange(3.0))
+    t.is_neg = lambda: False
+    with pytest.raises(BufferError, match="resolve_neg"):
+        asdlpack(t)
+    z = torch.tensor([1 + 2j]).conj()
+    z.is_conj = lambda: False
+    with pytest.raises(BufferError, match="conjugate"):
+        asdlpack(z)
+
+
+def test_torch_fast_path_agrees_with_the_protocol_walk():
+    """asdlpack's shortcut for exact torch tensors gives what the full walk gives (§3.1)."""
+    torch = lib("torch")
+    from dlpack._core import _asdlpack_via
+
+    for t in (torch.arange(6.0).reshape(2, 3).t(), torch.ones(0), torch.tensor(3),
+              torch.arange(4, dtype=torch.bfloat16)):
+        fast, walked = asdlpack(t), _asdlpack_via(t, "__dlpack__")
+        assert (fast.shape, fast.strides, fast.dtype, fast.data_ptr, fast.readonly) == (
+            walked.shape, walked.strides, walked.dtype, walked.data_ptr, walked.readonly)
+
+
 def test_torch_raw_legacy_capsule_to_jax():
     torch = lib("torch")
     jnp = lib("jax.numpy")

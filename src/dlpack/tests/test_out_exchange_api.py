@@ -8,7 +8,7 @@ import pytest
 
 import dlpack.ctypes as dlc
 from dlpack import DLPackObject, asdlpack
-from dlpack.tests.helpers import lib
+from dlpack.tests.helpers import capsule, lib
 
 np = lib("numpy")
 
@@ -109,3 +109,116 @@ def test_torch_provider_through_its_c_api():
     dl = asdlpack(t)
     assert dl.base is t and dl.data_ptr == t.data_ptr()
     assert np.from_dlpack(dl).tolist() == [0, 1, 2, 3, 4]
+
+
+# -- any producer's C exchange API (spec §3.1): a producer of our own, built with ctypes ---------
+
+_FROM_PY = dict(dlc.DLPackExchangeAPI._fields_)["managed_tensor_from_py_object_no_sync"]
+
+
+def exchange_api_type(*, major=1, minor=3, prev=None, entry=True, returns=0, dlpack=False,
+                      base=object, device=None):
+    """A producer class whose only protocol (with dlpack=True, also __dlpack__) is a
+    ctypes-built DLPackExchangeAPI; instances hold .array, and .calls counts API calls."""
+    api = dlc.DLPackExchangeAPI()
+    api.header.version.major, api.header.version.minor = major, minor
+    api.header.prev_api = ctypes.addressof(prev) if prev is not None else None
+
+    def from_py(obj, out):
+        obj.calls += 1
+        if returns == 0 and obj.array is not None:
+            out[0] = dlc.to_pointer(obj.array)
+            if device is not None:
+                out[0].contents.dl_tensor.device.device_type = device
+        return returns
+
+    if entry:
+        api.managed_tensor_from_py_object_no_sync = _FROM_PY(from_py)
+    namespace = {"__dlpack_c_exchange_api__": capsule(ctypes.addressof(api),
+                                                      b"dlpack_exchange_api"),
+                 "_api": api,       # the struct and its callback live as long as the class
+                 "__init__": lambda self, array: setattr(self, "array", array)
+                 or setattr(self, "calls", 0)}
+    if dlpack:
+        namespace["__dlpack__"] = lambda self, **kw: np.asarray(self.array).__dlpack__(**kw)
+    return type("APIProducer", (base,), namespace)
+
+
+def test_a_producer_speaking_only_the_exchange_api():
+    Producer = exchange_api_type()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    p = Producer(a)
+    dl = asdlpack(p)
+    assert p.calls == 1 and dl.base is p and dl.data_ptr == a.ctypes.data
+    assert np.from_dlpack(dl).tolist() == a.tolist() and not dl.readonly
+    a.flags.writeable = False
+    ro = asdlpack(Producer(a))
+    assert ro.readonly and not np.from_dlpack(ro).flags.writeable
+
+
+def test_exchange_api_of_another_major_is_not_used():
+    Producer = exchange_api_type(major=2, minor=0)
+    p = Producer(np.arange(3.0))
+    with pytest.raises(BufferError, match=r"version 2\.0 with no 1\.x API in its prev_api"):
+        asdlpack(p)
+    assert p.calls == 0
+    q = exchange_api_type(major=2, dlpack=True)(np.arange(3.0))
+    assert np.from_dlpack(asdlpack(q)).tolist() == [0, 1, 2] and q.calls == 0
+
+
+def test_exchange_api_prev_api_chain_gives_the_1x_api():
+    older = exchange_api_type(major=1, minor=3)
+    Producer = exchange_api_type(major=2, minor=0, prev=older._api, entry=False)
+    p = Producer(np.arange(4, dtype=np.int8))
+    assert np.from_dlpack(asdlpack(p)).tolist() == [0, 1, 2, 3] and p.calls == 1
+
+
+def test_exchange_api_null_entry_falls_back_to_dlpack():
+    p = exchange_api_type(entry=False, dlpack=True)(np.arange(3.0))
+    assert np.from_dlpack(asdlpack(p)).tolist() == [0, 1, 2]
+    with pytest.raises(BufferError, match="managed_tensor_from_py_object_no_sync is NULL"):
+        asdlpack(exchange_api_type(entry=False)(np.arange(3.0)))
+
+
+@pytest.mark.parametrize("returns, array, message", [
+    (-1, np.arange(2.0), "failed without setting an error"),
+    (0, None, "managed tensor pointer is NULL"),
+])
+def test_exchange_api_failures_fall_back_or_are_named(returns, array, message):
+    p = exchange_api_type(returns=returns)(array)
+    with pytest.raises(BufferError, match=message):
+        asdlpack(p)
+    q = exchange_api_type(returns=returns, dlpack=True)(np.arange(2.0) if array is None else array)
+    assert np.from_dlpack(asdlpack(q)).tolist() == [0.0, 1.0] and q.calls == 1
+
+
+def test_exchange_api_does_not_bypass_a_subclass_dlpack():
+    Base = exchange_api_type()
+
+    class Sub(Base):
+        def __dlpack__(self, **kw):
+            return np.full(2, 5.0).__dlpack__(**kw)
+
+    s = Sub(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(s)).tolist() == [5.0, 5.0] and s.calls == 0
+    inherited = type("Inherited", (Base,), {})(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(inherited)).tolist() == [0.0, 1.0] and inherited.calls == 1
+
+
+def test_exchange_api_on_the_instance_is_not_read():
+    class Plain:
+        def __init__(self):
+            self.__dlpack_c_exchange_api__ = exchange_api_type().__dlpack_c_exchange_api__
+
+    with pytest.raises(TypeError, match="speaks no array-exchange protocol"):
+        asdlpack(Plain())
+
+
+def test_exchange_api_device_data_it_cannot_order_goes_to_dlpack():
+    """CUDA data from an API without current_work_stream: no stream to order after (§3.1)."""
+    p = exchange_api_type(device=2)(np.arange(2.0))
+    with pytest.raises(BufferError, match="cannot be ordered through this API"):
+        asdlpack(p)
+    q = exchange_api_type(device=2, dlpack=True)(np.arange(2.0))
+    dl = asdlpack(q)
+    assert q.calls == 1 and dl.device == (1, 0) and np.from_dlpack(dl).tolist() == [0.0, 1.0]
