@@ -422,14 +422,11 @@ cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, const int
     return 0
 
 
-cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int64_t list_size,
-                            str protocol) except -1:
-    """Shape and element strides of a fixed_shape_tensor column, as PyArrow's
-    FixedShapeTensorArray.to_numpy_ndarray() and __dlpack__ give them: the metadata's shape is
-    the physical row-major one, the permutation orders the dimensions (PyArrow's
-    FixedShapeTensorArray::ToTensor with its ComputeStrides, counted in elements)."""
+cdef tuple _arrow_tensor_meta(object meta, int64_t list_size, str protocol):
+    """The (shape, permutation or None) of fixed_shape_tensor metadata, checked: JSON, shape
+    int64s whose product is the list size, a permutation of 0 … k-1, k dimension names."""
     import json
-    cdef int i, k
+    cdef int k
     where = f"{protocol}: arrow.fixed_shape_tensor metadata"
     try:
         d = json.loads(meta)
@@ -458,6 +455,18 @@ cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int6
     if cells != list_size:
         raise BufferError(f"{where}: 'shape' = {shape} has {cells} elements, but the storage "
                           f"is a fixed-size list of {list_size}")
+    return shape, perm
+
+
+cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int64_t list_size,
+                            str protocol) except -1:
+    """Shape and element strides of a fixed_shape_tensor column, as PyArrow's
+    FixedShapeTensorArray.to_numpy_ndarray() and __dlpack__ give them: the metadata's shape is
+    the physical row-major one, the permutation orders the dimensions (PyArrow's
+    FixedShapeTensorArray::ToTensor with its ComputeStrides, counted in elements)."""
+    cdef int i, k
+    shape, perm = _arrow_tensor_meta(meta, list_size, protocol)
+    k = len(shape)
     full = [0] + ([p + 1 for p in perm] if perm is not None else list(range(1, k + 1)))
     physical = [length] + shape
     out = [physical[p] for p in full]

@@ -2163,6 +2163,28 @@ def _register_arrow_out() -> None:
         buffer_error("requested_schema", "'arrow_schema'"))
     add(g, "requested-not-capsule", export(requested=lambda: "f"),
         buffer_error("requested_schema", "PyCapsule"))
+
+    def requested_tensor(meta: bytes):
+        def make():
+            from dlpack.tests import arrow_producers as ap
+
+            s = ap.build_schema(ap.Col(b"+w:3", children=[ap.Col(b"f")], metadata=ap.extension(
+                b"arrow.fixed_shape_tensor", meta)))
+            return ap.capsule(s, b"arrow_schema")
+        return make
+
+    # the requested tensor metadata is checked as the reader checks it: no JSON or attribute
+    # error leaks, and a shape or permutation that only compares equal (2.0, false) is refused
+    for name, meta, words in [
+            ("not-json", b"{shape", ("not JSON",)), ("list", b"[3]", ("not an object",)),
+            ("deep", b"[" * 100000, ("not JSON",)), ("shape-float", b'{"shape": [3.0]}',
+                                                     ("'shape'",)),
+            ("perm-bool", b'{"shape": [3], "permutation": [false]}', ("'permutation'",))]:
+        add(g, f"requested-tensor-{name}", export(requested=requested_tensor(meta),
+                                                  shape=(2, 3)),
+            buffer_error("requested_schema", "fixed_shape_tensor", *words))
+    add(g, "requested-tensor-same", export(requested=requested_tensor(b'{"shape": [3]}'),
+                                           shape=(2, 3)), Gives(["arrow_schema", "arrow_array"]))
     for method, names in [("__arrow_c_device_array__", ["arrow_schema", "arrow_device_array"]),
                           ("__arrow_c_device_stream__", ["arrow_device_array_stream"])]:
         add(g, f"kwargs-{method}", lambda m=method: getattr(asdlpack(bytearray(4)), m)(
