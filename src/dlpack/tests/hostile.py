@@ -459,6 +459,13 @@ def _register_mappings() -> None:
                        ("defaultdict", lambda: collections.defaultdict(None, ai()))]:
         add(g, name, lambda make=make: summary(asdlpack(Iface(make()))),
             Gives([[2], [1], "float64", False]))
+    # a dict subclass is read from its own storage, as NumPy reads it: a __getitem__, __iter__
+    # and get() that say shape (2**40,) over the 16-byte buffer are not asked
+    add(g, "dict-subclass-lying-getitem", lambda: summary(asdlpack(Iface(type("D", (dict,), {
+        "__getitem__": lambda self, k: (2**40,) if k == "shape" else dict.__getitem__(self, k),
+        "__iter__": lambda self: iter(list(dict.keys(self))),
+        "get": lambda self, k, default=None: self[k] if k in self else default})(ai())))),
+        Gives([[2], [1], "float64", False]))
     for name, value in [("list-of-items", list(ai().items())), ("none", None), ("str", "x"),
                         ("int", 3), ("tuple", ((2,), N + "f8")), ("set", {1})]:
         add(g, f"not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v))),
