@@ -1984,6 +1984,18 @@ def _register_arrow() -> None:
     for name, fields, expect in devices:
         add(g, f"device-{name}", via_arrow(_f32, "device", **fields), expect)
 
+    def cpu_wild_event():
+        """CPU data needs no synchronisation: a sync_event pointing at unmapped memory is never
+        read (a CUDA kind's is: its NULL check is all a pointer can be given)."""
+        ap = _ap()
+        obj = ap.DeviceProducer(_f32(ap))
+        obj.device.sync_event = 0x10
+        dl = asdlpack(obj)
+        return [summary(dl), list(memoryview(dl).cast("B").cast("f"))]
+
+    add(g, "device-cpu-sync-event-not-read", cpu_wild_event,
+        Gives([[[4], [1], "float32", True], [1.0, 2.0, 3.0, 4.0]]))
+
     # what the methods return
     returns = [
         ("array-list", "__arrow_c_array__", lambda ap: [1, 2], ("pair",)),
