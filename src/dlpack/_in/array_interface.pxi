@@ -4,6 +4,7 @@
 from collections.abc import Mapping as _Mapping
 
 from cpython.number cimport PyNumber_Index
+from cpython.list cimport PyList_AsTuple
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
@@ -87,10 +88,13 @@ cdef str _ml_field(object descr):
 
 
 cdef tuple _ai_sequence(str protocol, str field, object value):
-    """A snapshot of a shape or strides sequence (tuple or list)."""
-    if not isinstance(value, (tuple, list)):
-        raise BufferError(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
-    return tuple(value)
+    """A snapshot of a shape or strides sequence (tuple or list): its own storage, as NumPy
+    reads a shape (a subclass's __iter__, __len__ or __getitem__ does not run)."""
+    if isinstance(value, tuple):
+        return PyTuple_GetSlice(value, 0, PyTuple_GET_SIZE(value))
+    if isinstance(value, list):
+        return PyList_AsTuple(value)
+    raise BufferError(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
 
 
 cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -1:

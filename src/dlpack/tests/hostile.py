@@ -96,6 +96,12 @@ def asdlpack(obj, **kwargs):
     return _asdlpack(obj, **kwargs)
 
 
+def _from_address(*args, **kwargs):
+    from dlpack import from_address
+
+    return from_address(*args, **kwargs)
+
+
 def summary(dl) -> list:
     """What a case reports of an accepted object: shape, element strides, dtype, read-only."""
     return [list(dl.shape), list(dl.strides), dl.dtype.name, dl.readonly]
@@ -276,6 +282,28 @@ def _register_sequences() -> None:
 
     def grow(lst, n=1000):
         return lambda: lst.extend([1] * n)
+
+    # tuple and list subclasses are read from their own storage, as NumPy reads a shape: an
+    # __iter__, __len__ or __getitem__ saying 2**40 (an 8 TiB view of a 16-byte pointer) is not
+    # asked; from_address reads its shape and strides the same way
+    lying = {
+        "tuple": type("LyingTuple", (tuple,), {"__iter__": lambda self: iter((2**40,)),
+                                               "__len__": lambda self: 1,
+                                               "__getitem__": lambda self, i: 2**40}),
+        "list": type("LyingList", (list,), {"__iter__": lambda self: iter((2**40,)),
+                                            "__len__": lambda self: 1,
+                                            "__getitem__": lambda self, i: 2**40})}
+    payload = (ctypes.c_double * 2)(1.0, 2.0)
+    KEEP.append(payload)
+    where = (ctypes.addressof(payload), False)
+    for kind, cls in lying.items():
+        add(g, f"shape-{kind}-subclass-lies", lambda cls=cls: summary(asdlpack(Iface(ai(
+            data=where, shape=cls((2,)))))), Gives([[2], [1], "float64", False]))
+        add(g, f"strides-{kind}-subclass-lies", lambda cls=cls: summary(asdlpack(Iface(ai(
+            data=where, strides=cls((8,)))))), Gives([[2], [1], "float64", False]))
+        add(g, f"from-address-{kind}-subclass-lies", lambda cls=cls: summary(_from_address(
+            where[0], cls((2,)), "float64", owner=payload, strides=cls((1,)))),
+            Gives([[2], [1], "float64", False]))
 
     add(g, "shape-grows", mutating(lambda sh, st: (sh.extend([Index(2, grow(sh)), 1]),
                                                    dict(shape=sh))[1]),
