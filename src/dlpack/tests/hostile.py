@@ -1944,14 +1944,20 @@ def _register_arrow() -> None:
         ("many-words", dict(null_count=-1, length=200, offset=3, buffers=["1" * 150 + "0"
                                                                            + "1" * 60]),
          buffer_error("1 null", "200 values")),
+        # values that cannot exist (their bytes overflow 64 bits) are refused before their
+        # 2-byte validity bitmap is scanned over 2**62 bits
+        ("length-overflows", dict(null_count=-1, length=2**62, buffers=["1111"]),
+         buffer_error("64 bits")),
+        ("offset-overflows", dict(null_count=-1, offset=2**62, buffers=["1111"]),
+         buffer_error("64 bits")),
     ]
     for name, spec, expect in nulls:
         def make(ap, spec=spec):
             fields = dict(spec)
             bits = ap.bitmap(fields.pop("buffers")[0])
             length = fields.pop("length", 4)
-            col = _f32(ap, [float(i) for i in range(fields.get("offset", 0) + length)],
-                       length=length, **fields)
+            col = _f32(ap, [float(i) for i in range(min(fields.get("offset", 0) + length,
+                                                         256))], length=length, **fields)
             col.buffers[0] = bits
             return col
         add(g, f"nulls-{name}", via_arrow(make), expect)
