@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
+import json
 import struct
 import threading
 import weakref
@@ -761,6 +762,37 @@ def test_checker_flags_a_null_count_the_bitmap_contradicts():
         return ap.ArrayProducer(col, destructor=True)
 
     assert _verdicts(lying)["arrow-nulls"] == "fail"
+
+
+_BITMAP_LIES = """
+import json
+from dlpack.check import check
+from dlpack.tests import arrow_producers as ap
+
+def lying(length):
+    col = ap.primitive("f", [1, 2, 3, 4], b"f", null_count=-1)
+    col.buffers[0] = ap.bitmap("1111")          # 2 bytes, then unmapped memory far before 2**59
+    col.length = length
+    return lambda: ap.ArrayProducer(col, destructor=True)
+
+print(json.dumps({str(n): [r.status, r.evidence] for n in (2**62, -8)
+                  for r in check(lying(n)) if r.rule == "arrow-nulls"}))
+"""
+
+
+def test_checker_does_not_read_a_bitmap_past_the_memory_there():
+    """A length of 2**62 over a 2-byte bitmap, and a negative length: arrow-nulls fails naming
+    the field; the checker asks the kernel before it reads the bitmap (a child process: before
+    the fix it crashed)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _BITMAP_LIES], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got[str(2**62)][0] == "fail" and "not readable" in got[str(2**62)][1], got
+    assert got["-8"][0] == "fail" and "length = -8" in got["-8"][1], got
 
 
 def test_checker_flags_a_slice_that_loses_its_offset():
