@@ -10,6 +10,9 @@ from libc.string cimport memcmp, memset
 cdef extern from "string.h":
     size_t strnlen(const char *, size_t) nogil
 
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+
 cdef extern from *:
     """
     /* 0 bits among [start, start + count) of an LSB-first validity bitmap */
@@ -666,6 +669,7 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
             break
         if chunk.length == 0:
             chunk.release(&chunk)
+            PyErr_CheckSignals()        # a stream that never ends stays interruptible
             continue
         if held.device.array.release != NULL or chunk.length < 0:
             first = held.device.array.length

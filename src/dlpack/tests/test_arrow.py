@@ -795,6 +795,54 @@ def test_checker_does_not_read_a_bitmap_past_the_memory_there():
     assert got["-8"][0] == "fail" and "length = -8" in got["-8"][1], got
 
 
+_ENDLESS = """
+import ctypes, sys
+from dlpack import asdlpack
+from dlpack.check_arrow import ArrowArrayStream
+from dlpack.tests import arrow_producers as ap
+
+lib = ctypes.CDLL(sys.argv[1])
+stream = ArrowArrayStream()
+lib.endless_stream(ctypes.byref(stream))
+
+class Endless:
+    def __arrow_c_stream__(self, requested_schema=None):
+        return ap.capsule(stream, b"arrow_array_stream")
+
+print("reading", flush=True)
+try:
+    asdlpack(Endless())
+except KeyboardInterrupt:
+    print("interrupted", bool(stream.release))
+"""
+
+
+def test_an_endless_stream_of_empty_chunks_can_be_interrupted(tmp_path):
+    """A stream that never ends (every chunk empty) keeps asdlpack reading, as it keeps any
+    consumer; Ctrl-C stops it, and the stream is released (a child process: before the fix
+    it ignored the signal and hung)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlpack.tests.helpers import c_library
+
+    _, path = c_library("arrow_endless.c", tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", _ENDLESS, path], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "reading\n"
+        time.sleep(0.5)                         # asdlpack is in the stream by now
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("asdlpack of an endless stream ignored SIGINT for 60 s")
+    assert out.split() == ["interrupted", "False"], (out, err[-2000:])
+
+
 def test_checker_flags_a_slice_that_loses_its_offset():
     class Sliceable(ap.ArrayProducer):
         def slice(self, start, length):
