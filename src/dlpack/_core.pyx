@@ -9,7 +9,7 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
     PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
 )
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.exc cimport PyErr_Occurred, PyErr_SetString
 from cpython.ref cimport Py_INCREF, PyObject
 from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t

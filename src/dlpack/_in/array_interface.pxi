@@ -4,6 +4,7 @@
 from collections.abc import Mapping as _Mapping
 
 from cpython.number cimport PyNumber_Index
+from cpython.list cimport PyList_AsTuple
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
@@ -87,10 +88,13 @@ cdef str _ml_field(object descr):
 
 
 cdef tuple _ai_sequence(str protocol, str field, object value):
-    """A snapshot of a shape or strides sequence (tuple or list)."""
-    if not isinstance(value, (tuple, list)):
-        raise BufferError(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
-    return tuple(value)
+    """A snapshot of a shape or strides sequence (tuple or list): its own storage, as NumPy
+    reads a shape (a subclass's __iter__, __len__ or __getitem__ does not run)."""
+    if isinstance(value, tuple):
+        return PyTuple_GetSlice(value, 0, PyTuple_GET_SIZE(value))
+    if isinstance(value, list):
+        return PyList_AsTuple(value)
+    raise BufferError(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
 
 
 cdef int64_t _ai_int(str protocol, str field, tuple seq, Py_ssize_t i) except? -1:
@@ -158,6 +162,19 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     return offset
 
 
+cdef dict _dict_storage(dict ai):
+    """A dict subclass's own str-keyed entries, as NumPy reads an interface (PyDict_GetItem):
+    no overridden __getitem__, __iter__ or get runs."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *key
+    cdef PyObject *value
+    cdef dict out = {}
+    while PyDict_Next(ai, &pos, &key, &value):
+        if type(<object>key) is str:
+            out[<object>key] = <object>value
+    return out
+
+
 cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint cuda):
     cdef DLPackObject self
     cdef Py_ssize_t i, n
@@ -166,6 +183,8 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     cdef dict d
     if type(ai) is dict:
         d = <dict>ai
+    elif isinstance(ai, dict):
+        d = _dict_storage(<dict>ai)
     elif isinstance(ai, _Mapping):
         d = dict(ai)
     else:
