@@ -702,9 +702,11 @@ cdef extern from "Python.h":
 
 
 cdef inline bint _type_has(type t, str name) noexcept:
-    """Whether t's MRO defines name: Python's own lookup of special methods, which runs no
-    __getattr__ (Polars' instance and metaclass __getattr__ cost 5 to 16 µs a miss)."""
-    return _PyType_Lookup(t, name) != NULL
+    """Whether t's MRO defines name, other than as None ("not supported", as for __hash__):
+    Python's own lookup of special methods, which runs no __getattr__ (Polars' instance and
+    metaclass __getattr__ cost 5 to 16 µs a miss)."""
+    cdef PyObject *found = _PyType_Lookup(t, name)
+    return found != NULL and found != <PyObject *>None
 
 
 cdef enum:

@@ -494,12 +494,17 @@ def _register_mappings() -> None:
         "__iter__": lambda self: iter(list(dict.keys(self))),
         "get": lambda self, k, default=None: self[k] if k in self else default})(ai())))),
         Gives([[2], [1], "float64", False]))
-    for name, value in [("list-of-items", list(ai().items())), ("none", None), ("str", "x"),
+    for name, value in [("list-of-items", list(ai().items())), ("str", "x"),
                         ("int", 3), ("tuple", ((2,), N + "f8")), ("set", {1})]:
         add(g, f"not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v))),
             buffer_error(AI, "dict"))
         add(g, f"cai-not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v, CAI))),
             buffer_error(CAI, "dict"))
+    # None is "not supported" (spec §3, as for __hash__ = None): the protocol is absent
+    add(g, "not-a-dict-none", lambda: summary(asdlpack(Iface(None))),
+        type_error("speaks no array-exchange protocol"))
+    add(g, "cai-not-a-dict-none", lambda: summary(asdlpack(Iface(None, CAI))),
+        type_error("speaks no array-exchange protocol"))
 
     def prop(exc):
         def get(self):
@@ -629,7 +634,7 @@ def _register_array_struct() -> None:
     add(g, "nd-huge", via_struct(nd=2**31 - 1), Raises(("BufferError", "MemoryError"), (AS,)))
     add(g, "nd-100000", via_struct(nd=100000), Raises(("BufferError", "MemoryError"), (AS,)))
     add(g, "not-a-capsule", lambda: asdlpack(Struct(3)), buffer_error(AS))
-    add(g, "none", lambda: asdlpack(Struct(None)), buffer_error(AS))
+    add(g, "none", lambda: asdlpack(Struct(None)), type_error("speaks no array-exchange"))
     add(g, "valid", via_struct(), Gives([[2], [1], "float64", False]))
     add(g, "null-strides", via_struct(strides=None), Gives([[2], [1], "float64", False]))
     add(g, "null-data-empty", via_struct(shape=(0,), data=False),
