@@ -179,10 +179,13 @@ cdef inline bint _native_order(char order) noexcept nogil:
 
 
 cdef tuple _ai_sequence(str protocol, str field, object value):
-    """A snapshot of a shape or strides sequence (tuple or list)."""
-    if not isinstance(value, (tuple, list)):
-        raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
-    return tuple(value)
+    """A snapshot of a shape or strides sequence (tuple or list): its own storage, as NumPy
+    reads a shape (a subclass's __iter__, __len__ or __getitem__ does not run)."""
+    if isinstance(value, tuple):
+        return PyTuple_GetSlice(value, 0, PyTuple_GET_SIZE(value))
+    if isinstance(value, list):
+        return PyList_AsTuple(value)
+    raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
 
 
 cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from

@@ -534,7 +534,7 @@ cdef DLPackObject _dispatch(object obj):
             refusals.append((name, e))
             claims = _note(claims, name, None)
             continue
-        if value is _MISSING:
+        if value is _MISSING or value is None:     # None: "not supported", as for __hash__
             continue
         try:
             r = reader(obj, value)
@@ -650,7 +650,7 @@ def _asdlpack_via(obj, str protocol, bint versioned=False):
         present = PyObject_CheckBuffer(obj)
     elif protocol == "__array_interface__" or protocol == "__cuda_array_interface__":
         value = getattr(obj, protocol, _MISSING)
-        present = value is not _MISSING
+        present = value is not _MISSING and value is not None
     else:
         raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
     if not present:

@@ -8,9 +8,9 @@ from cpython.buffer cimport (
     PyBUF_FULL_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
     PyObject_CheckBuffer, PyObject_GetBuffer,
 )
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.exc cimport PyErr_Occurred, PyErr_SetString
-from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
+from cpython.list cimport PyList_AsTuple, PyList_Check, PyList_GET_SIZE, PyList_GetSlice
 from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
@@ -56,6 +56,7 @@ cdef extern from "Python.h":
     const char *_capsule_name "PyCapsule_GetName"(object) noexcept   # our capsules: valid
     PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
     object PyObject_Vectorcall(object, PyObject **, size_t, PyObject *)
+    int PyErr_CheckSignals() except -1
     char *PyBytes_AS_STRING(object)
     Py_ssize_t PyBytes_GET_SIZE(object)
 

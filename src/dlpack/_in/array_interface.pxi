@@ -101,6 +101,19 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     return offset
 
 
+cdef dict _dict_storage(dict ai):
+    """A dict subclass's own str-keyed entries, as NumPy reads an interface (PyDict_GetItem):
+    no overridden __getitem__, __iter__ or get runs."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *key
+    cdef PyObject *value
+    cdef dict out = {}
+    while PyDict_Next(ai, &pos, &key, &value):
+        if type(<object>key) is str:
+            out[<object>key] = <object>value
+    return out
+
+
 cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint cuda):
     cdef DLPackObject r
     cdef Py_ssize_t i, n
@@ -109,6 +122,8 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     cdef dict d
     if type(ai) is dict:
         d = <dict>ai
+    elif isinstance(ai, dict):
+        d = _dict_storage(<dict>ai)
     elif isinstance(ai, _Mapping):
         d = dict(ai)
     else:

@@ -326,31 +326,67 @@ cdef int _arrow_node(ArrowArray *a, int64_t n_buffers, int64_t n_children, str p
     return 0
 
 
-cdef int _arrow_nulls(ArrowArray *a, int64_t start, int64_t count, bint whole, str protocol,
-                      int depth) except -1:
+ctypedef struct _NullScan:
+    const uint8_t *bits                 # the level's validity bitmap (buffers[0])
+    int64_t nulls                       # its null_count
+    int64_t start, count                # the viewed slice, in the level's physical indices
+    bint whole                          # the slice is the level's whole array
+
+
+cdef enum:
+    ARROW_SCANS_ON_STACK = 8            # levels whose null scans need no allocation
+
+
+cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
     """Refuse nulls among the count values from physical index start (validity bits only
     there: padding and bits outside the slice do not count)."""
-    cdef int64_t nulls = a.null_count
-    cdef const uint8_t *bits = <const uint8_t *>a.buffers[0]
-    if nulls == 0 or count == 0:
+    cdef int64_t nulls = s.nulls
+    if nulls == 0 or s.count == 0:
         return 0
-    if bits == NULL:
+    if s.bits == NULL:
         if nulls == -1:
             return 0
         raise Refusal(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
                       "validity bitmap (buffers[0]) is NULL")
-    if not (whole and nulls > 0):
-        nulls = _zero_bits(bits, start, count)
+    if not (s.whole and nulls > 0):
+        nulls = _zero_bits(s.bits, s.start, s.count)
         if nulls == 0:
             return 0
-    raise Refusal(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {count} "
+    raise Refusal(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {s.count} "
                   f"values; {_FILL_NULL}")
+
+
+cdef inline void _note_scan(_NullScan *s, const ArrowArray *a, int64_t start, int64_t count,
+                            bint whole) noexcept:
+    s.bits = <const uint8_t *>a.buffers[0]
+    s.nulls = a.null_count
+    s.start = start
+    s.count = count
+    s.whole = whole
 
 
 cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
                            const int64_t *sizes, object tensor, str protocol) except -1:
     """Walk from the column through its fixed-size lists to the values, applying each level's
-    offset and checking each level's nulls and lengths; then shape, strides and bounds."""
+    offset and checking each level's lengths; then the values' bounds; then each level's
+    nulls (no bitmap is read for a layout that is refused: a length whose values overflow 64
+    bits says nothing of its bitmap); then shape and strides."""
+    cdef _NullScan on_stack[ARROW_SCANS_ON_STACK]
+    cdef _NullScan *scans = on_stack
+    cdef int nlevels = t.nlists + (1 if t.unwrap else 0)
+    if nlevels + 1 > ARROW_SCANS_ON_STACK:
+        scans = <_NullScan *>malloc((nlevels + 1) * sizeof(_NullScan))
+        if scans == NULL:
+            raise MemoryError()
+    try:
+        return _arrow_walk(self, top, t, sizes, tensor, protocol, scans)
+    finally:
+        if scans != on_stack:
+            free(scans)
+
+
+cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const int64_t *sizes,
+                     object tensor, str protocol, _NullScan *scans) except -1:
     cdef ArrowArray node = top[0]
     cdef ArrowArray *child
     cdef int64_t start = node.offset, count = node.length, length = node.length
@@ -360,7 +396,7 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
     cdef uintptr_t data
     for level in range(nlevels):
         _arrow_node(&node, 1, 1, protocol, depth)
-        _arrow_nulls(&node, start, count, whole, protocol, depth)
+        _note_scan(&scans[depth], &node, start, count, whole)
         n = 1 if (t.unwrap and level == 0) else sizes[level - (1 if t.unwrap else 0)]
         child = node.children[0]
         node = child[0]                 # copied once, before any of it is read
@@ -378,7 +414,7 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
         count = lcount
         whole = lstart == 0 and lcount == node.length
     _arrow_node(&node, 2, 0, protocol, depth)
-    _arrow_nulls(&node, start, count, whole, protocol, depth)
+    _note_scan(&scans[depth], &node, start, count, whole)
     data = <uintptr_t>node.buffers[1]
     if _mul_ovf(start, isz, &offset) or _mul_ovf(node.offset + node.length, isz, &bound):
         raise Refusal(f"{protocol}: the values of {_at(depth)} (offset {node.offset}, "
@@ -390,6 +426,8 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
         raise Refusal(f"{protocol}: buffers[1] (the values) of {_at(depth)} at {data:#x} "
                       f"is not aligned to its {isz}-byte type; DLPack consumers need "
                       "aligned data")
+    for level in range(depth + 1):
+        _arrow_nulls(&scans[level], protocol, level)
     self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
     self.dl.dtype = t.dtype
     self._flags = FLAG_READ_ONLY
@@ -418,14 +456,11 @@ cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, const int
     return 0
 
 
-cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int64_t list_size,
-                            str protocol) except -1:
-    """Shape and element strides of a fixed_shape_tensor column, as PyArrow's
-    FixedShapeTensorArray.to_numpy_ndarray() and __dlpack__ give them: the metadata's shape is
-    the physical row-major one, the permutation orders the dimensions (PyArrow's
-    FixedShapeTensorArray::ToTensor with its ComputeStrides, counted in elements)."""
+cdef tuple _arrow_tensor_meta(object meta, int64_t list_size, str protocol):
+    """The (shape, permutation or None) of fixed_shape_tensor metadata, checked: JSON, shape
+    int64s whose product is the list size, a permutation of 0 … k-1, k dimension names."""
     import json
-    cdef int i, k
+    cdef int k
     where = f"{protocol}: arrow.fixed_shape_tensor metadata"
     try:
         d = json.loads(meta)
@@ -454,6 +489,18 @@ cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int6
     if cells != list_size:
         raise Refusal(f"{where}: 'shape' = {shape} has {cells} elements, but the storage "
                       f"is a fixed-size list of {list_size}")
+    return shape, perm
+
+
+cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int64_t list_size,
+                            str protocol) except -1:
+    """Shape and element strides of a fixed_shape_tensor column, as PyArrow's
+    FixedShapeTensorArray.to_numpy_ndarray() and __dlpack__ give them: the metadata's shape is
+    the physical row-major one, the permutation orders the dimensions (PyArrow's
+    FixedShapeTensorArray::ToTensor with its ComputeStrides, counted in elements)."""
+    cdef int i, k
+    shape, perm = _arrow_tensor_meta(meta, list_size, protocol)
+    k = len(shape)
     full = [0] + ([p + 1 for p in perm] if perm is not None else list(range(1, k + 1)))
     physical = [length] + shape
     out = [physical[p] for p in full]
@@ -615,6 +662,7 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
             break
         if chunk.length == 0:
             chunk.release(&chunk)
+            PyErr_CheckSignals()        # a stream that never ends stays interruptible
             continue
         if held.device.array.release != NULL or chunk.length < 0:
             first = held.device.array.length
@@ -643,9 +691,11 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
 
 
 cdef inline bint _type_has(type t, str name) noexcept:
-    """Whether t's MRO defines name: Python's own lookup of special methods, which runs no
-    __getattr__ (Polars' instance and metaclass __getattr__ cost 5 to 16 µs a miss)."""
-    return _PyType_Lookup(t, name) != NULL
+    """Whether t's MRO defines name, other than as None ("not supported", as for __hash__):
+    Python's own lookup of special methods, which runs no __getattr__ (Polars' instance and
+    metaclass __getattr__ cost 5 to 16 µs a miss)."""
+    cdef PyObject *found = _PyType_Lookup(t, name)
+    return found != NULL and found != <PyObject *>None
 
 
 cdef enum:

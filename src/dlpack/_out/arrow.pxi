@@ -277,7 +277,6 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
                           str protocol) except -1:
     """A requested_schema must ask for the type exported, or for its storage type (int8 for
     bool8, the fixed-size list of a tensor): pydlpack never casts."""
-    import json
     cdef ArrowSchema *s
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
@@ -300,9 +299,12 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     elif t.nlists != 1 or sizes[0] != d.list_size:
         ok = False
     elif t.tensor:
-        meta = json.loads(tensor) if tensor else {}
-        perm = meta.get("permutation")
-        ok = same and meta.get("shape") == list(self.shape[1:]) and (
+        try:
+            shape, perm = _arrow_tensor_meta(tensor, sizes[0], protocol)
+        except BufferError as e:
+            raise Refusal(f"{protocol}: requested_schema asks for a malformed type: {e}; "
+                          f"the data's is {exported}") from None
+        ok = same and shape == list(self.shape[1:]) and (
             perm is None or perm == list(range(len(perm))))
     else:
         ok = same or storage

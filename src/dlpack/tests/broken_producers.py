@@ -271,6 +271,21 @@ def crashing_factory() -> Producer:
     return Producer()
 
 
+def scribbling_factory() -> Producer:
+    """A factory that writes a line that is not JSON into every pipe the process holds (the
+    checker's result channel among them) before it returns."""
+    import os
+    import stat
+
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"not a checker message\n")
+        except OSError:
+            pass
+    return Producer()
+
+
 class Hangs(Producer):
     """Correct, except that ``copy=True`` never returns."""
 

@@ -95,6 +95,12 @@ def asdlpack(obj, **kwargs):
     return _asdlpack(obj, **kwargs)
 
 
+def _from_address(*args, **kwargs):
+    from dlpack import from_address
+
+    return from_address(*args, **kwargs)
+
+
 def summary(dl) -> list:
     """What a case reports of an accepted object: shape, element strides, dtype, read-only."""
     return [list(dl.shape), list(dl.strides), dl.dtype.name, dl.readonly]
@@ -275,6 +281,28 @@ def _register_sequences() -> None:
 
     def grow(lst, n=1000):
         return lambda: lst.extend([1] * n)
+
+    # tuple and list subclasses are read from their own storage, as NumPy reads a shape: an
+    # __iter__, __len__ or __getitem__ saying 2**40 (an 8 TiB view of a 16-byte pointer) is not
+    # asked; from_address reads its shape and strides the same way
+    lying = {
+        "tuple": type("LyingTuple", (tuple,), {"__iter__": lambda self: iter((2**40,)),
+                                               "__len__": lambda self: 1,
+                                               "__getitem__": lambda self, i: 2**40}),
+        "list": type("LyingList", (list,), {"__iter__": lambda self: iter((2**40,)),
+                                            "__len__": lambda self: 1,
+                                            "__getitem__": lambda self, i: 2**40})}
+    payload = (ctypes.c_double * 2)(1.0, 2.0)
+    KEEP.append(payload)
+    where = (ctypes.addressof(payload), False)
+    for kind, cls in lying.items():
+        add(g, f"shape-{kind}-subclass-lies", lambda cls=cls: summary(asdlpack(Iface(ai(
+            data=where, shape=cls((2,)))))), Gives([[2], [1], "float64", False]))
+        add(g, f"strides-{kind}-subclass-lies", lambda cls=cls: summary(asdlpack(Iface(ai(
+            data=where, strides=cls((8,)))))), Gives([[2], [1], "float64", False]))
+        add(g, f"from-address-{kind}-subclass-lies", lambda cls=cls: summary(_from_address(
+            where[0], cls((2,)), "float64", owner=payload, strides=cls((1,)))),
+            Gives([[2], [1], "float64", False]))
 
     add(g, "shape-grows", mutating(lambda sh, st: (sh.extend([Index(2, grow(sh)), 1]),
                                                    dict(shape=sh))[1]),
@@ -458,12 +486,24 @@ def _register_mappings() -> None:
                        ("defaultdict", lambda: collections.defaultdict(None, ai()))]:
         add(g, name, lambda make=make: summary(asdlpack(Iface(make()))),
             Gives([[2], [1], "float64", False]))
-    for name, value in [("list-of-items", list(ai().items())), ("none", None), ("str", "x"),
+    # a dict subclass is read from its own storage, as NumPy reads it: a __getitem__, __iter__
+    # and get() that say shape (2**40,) over the 16-byte buffer are not asked
+    add(g, "dict-subclass-lying-getitem", lambda: summary(asdlpack(Iface(type("D", (dict,), {
+        "__getitem__": lambda self, k: (2**40,) if k == "shape" else dict.__getitem__(self, k),
+        "__iter__": lambda self: iter(list(dict.keys(self))),
+        "get": lambda self, k, default=None: self[k] if k in self else default})(ai())))),
+        Gives([[2], [1], "float64", False]))
+    for name, value in [("list-of-items", list(ai().items())), ("str", "x"),
                         ("int", 3), ("tuple", ((2,), N + "f8")), ("set", {1})]:
         add(g, f"not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v))),
             buffer_error(AI, "dict"))
         add(g, f"cai-not-a-dict-{name}", lambda v=value: summary(asdlpack(Iface(v, CAI))),
             buffer_error(CAI, "dict"))
+    # None is "not supported" (spec §3, as for __hash__ = None): the protocol is absent
+    add(g, "not-a-dict-none", lambda: summary(asdlpack(Iface(None))),
+        type_error("speaks no array-exchange protocol"))
+    add(g, "cai-not-a-dict-none", lambda: summary(asdlpack(Iface(None, CAI))),
+        type_error("speaks no array-exchange protocol"))
 
     def prop(exc):
         def get(self):
@@ -593,7 +633,7 @@ def _register_array_struct() -> None:
     add(g, "nd-huge", via_struct(nd=2**31 - 1), Raises(("BufferError", "MemoryError"), (AS,)))
     add(g, "nd-100000", via_struct(nd=100000), Raises(("BufferError", "MemoryError"), (AS,)))
     add(g, "not-a-capsule", lambda: asdlpack(Struct(3)), buffer_error(AS))
-    add(g, "none", lambda: asdlpack(Struct(None)), buffer_error(AS))
+    add(g, "none", lambda: asdlpack(Struct(None)), type_error("speaks no array-exchange"))
     add(g, "valid", via_struct(), Gives([[2], [1], "float64", False]))
     add(g, "null-strides", via_struct(strides=None), Gives([[2], [1], "float64", False]))
     add(g, "null-data-empty", via_struct(shape=(0,), data=False),
@@ -1904,14 +1944,20 @@ def _register_arrow() -> None:
         ("many-words", dict(null_count=-1, length=200, offset=3, buffers=["1" * 150 + "0"
                                                                            + "1" * 60]),
          buffer_error("1 null", "200 values")),
+        # values that cannot exist (their bytes overflow 64 bits) are refused before their
+        # 2-byte validity bitmap is scanned over 2**62 bits
+        ("length-overflows", dict(null_count=-1, length=2**62, buffers=["1111"]),
+         buffer_error("64 bits")),
+        ("offset-overflows", dict(null_count=-1, offset=2**62, buffers=["1111"]),
+         buffer_error("64 bits")),
     ]
     for name, spec, expect in nulls:
         def make(ap, spec=spec):
             fields = dict(spec)
             bits = ap.bitmap(fields.pop("buffers")[0])
             length = fields.pop("length", 4)
-            col = _f32(ap, [float(i) for i in range(fields.get("offset", 0) + length)],
-                       length=length, **fields)
+            col = _f32(ap, [float(i) for i in range(min(fields.get("offset", 0) + length,
+                                                         256))], length=length, **fields)
             col.buffers[0] = bits
             return col
         add(g, f"nulls-{name}", via_arrow(make), expect)
@@ -1971,6 +2017,18 @@ def _register_arrow() -> None:
     ]
     for name, fields, expect in devices:
         add(g, f"device-{name}", via_arrow(_f32, "device", **fields), expect)
+
+    def cpu_wild_event():
+        """CPU data needs no synchronisation: a sync_event pointing at unmapped memory is never
+        read (a CUDA kind's is: its NULL check is all a pointer can be given)."""
+        ap = _ap()
+        obj = ap.DeviceProducer(_f32(ap))
+        obj.device.sync_event = 0x10
+        dl = asdlpack(obj)
+        return [summary(dl), list(memoryview(dl).cast("B").cast("f"))]
+
+    add(g, "device-cpu-sync-event-not-read", cpu_wild_event,
+        Gives([[[4], [1], "float32", True], [1.0, 2.0, 3.0, 4.0]]))
 
     # what the methods return
     returns = [
@@ -2158,6 +2216,28 @@ def _register_arrow_out() -> None:
         buffer_error("requested_schema", "'arrow_schema'"))
     add(g, "requested-not-capsule", export(requested=lambda: "f"),
         buffer_error("requested_schema", "PyCapsule"))
+
+    def requested_tensor(meta: bytes):
+        def make():
+            from dlpack.tests import arrow_producers as ap
+
+            s = ap.build_schema(ap.Col(b"+w:3", children=[ap.Col(b"f")], metadata=ap.extension(
+                b"arrow.fixed_shape_tensor", meta)))
+            return ap.capsule(s, b"arrow_schema")
+        return make
+
+    # the requested tensor metadata is checked as the reader checks it: no JSON or attribute
+    # error leaks, and a shape or permutation that only compares equal (2.0, false) is refused
+    for name, meta, words in [
+            ("not-json", b"{shape", ("not JSON",)), ("list", b"[3]", ("not an object",)),
+            ("deep", b"[" * 100000, ("not JSON",)), ("shape-float", b'{"shape": [3.0]}',
+                                                     ("'shape'",)),
+            ("perm-bool", b'{"shape": [3], "permutation": [false]}', ("'permutation'",))]:
+        add(g, f"requested-tensor-{name}", export(requested=requested_tensor(meta),
+                                                  shape=(2, 3)),
+            buffer_error("requested_schema", "fixed_shape_tensor", *words))
+    add(g, "requested-tensor-same", export(requested=requested_tensor(b'{"shape": [3]}'),
+                                           shape=(2, 3)), Gives(["arrow_schema", "arrow_array"]))
     for method, names in [("__arrow_c_device_array__", ["arrow_schema", "arrow_device_array"]),
                           ("__arrow_c_device_stream__", ["arrow_device_array_stream"])]:
         add(g, f"kwargs-{method}", lambda m=method: getattr(asdlpack(bytearray(4)), m)(

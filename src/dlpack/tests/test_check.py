@@ -116,6 +116,16 @@ def test_broken_producer_evidence(broken_reports, name, words):
         assert leak not in evidence, evidence
 
 
+def test_a_producer_writing_into_the_result_channel_fails_without_crashing_the_checker():
+    run = run_check("--json", BROKEN + "scribbling_factory")
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (report,) = json.loads(run.stdout)["reports"]
+    (result,) = report["results"]
+    assert result["rule"] == "factory" and result["status"] == "fail", result
+    assert "result channel" in result["evidence"] and "not a checker message" in \
+        result["evidence"], result
+
+
 def test_rules_after_a_crash_are_graded_in_a_new_child(broken_reports):
     results = broken_reports["CrashOnCopy"]
     assert results["stream"]["status"] == "n/a" and "stream=None accepted" in \

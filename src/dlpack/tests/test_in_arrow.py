@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
+import json
 import struct
 
 import pytest
@@ -488,6 +489,85 @@ def test_checker_flags_a_null_count_the_bitmap_contradicts():
         return ap.ArrayProducer(col, destructor=True)
 
     assert _verdicts(lying)["arrow-nulls"] == "fail"
+
+
+_BITMAP_LIES = """
+import json
+from dlpack.tools.check import check
+from dlpack.tests import arrow_producers as ap
+
+def lying(length):
+    col = ap.primitive("f", [1, 2, 3, 4], b"f", null_count=-1)
+    col.buffers[0] = ap.bitmap("1111")          # 2 bytes, then unmapped memory far before 2**59
+    col.length = length
+    return lambda: ap.ArrayProducer(col, destructor=True)
+
+print(json.dumps({str(n): [r.status, r.evidence] for n in (2**62, -8)
+                  for r in check(lying(n)) if r.rule == "arrow-nulls"}))
+"""
+
+
+def test_checker_does_not_read_a_bitmap_past_the_memory_there():
+    """A length of 2**62 over a 2-byte bitmap, and a negative length: arrow-nulls fails naming
+    the field; the checker asks the kernel before it reads the bitmap (a child process: before
+    the fix it crashed)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _BITMAP_LIES], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got[str(2**62)][0] == "fail" and "not readable" in got[str(2**62)][1], got
+    assert got["-8"][0] == "fail" and "length = -8" in got["-8"][1], got
+
+
+_ENDLESS = """
+import ctypes, sys
+from dlpack import asdlpack
+from dlpack.tools.check_arrow import ArrowArrayStream
+from dlpack.tests import arrow_producers as ap
+
+lib = ctypes.CDLL(sys.argv[1])
+stream = ArrowArrayStream()
+lib.endless_stream(ctypes.byref(stream))
+
+class Endless:
+    def __arrow_c_stream__(self, requested_schema=None):
+        return ap.capsule(stream, b"arrow_array_stream")
+
+print("reading", flush=True)
+try:
+    asdlpack(Endless())
+except KeyboardInterrupt:
+    print("interrupted", bool(stream.release))
+"""
+
+
+def test_an_endless_stream_of_empty_chunks_can_be_interrupted(tmp_path):
+    """A stream that never ends (every chunk empty) keeps asdlpack reading, as it keeps any
+    consumer; Ctrl-C stops it, and the stream is released (a child process: before the fix
+    it ignored the signal and hung)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dlpack.tests.helpers import c_library
+
+    _, path = c_library("arrow_endless.c", tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", _ENDLESS, path], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "reading\n"
+        time.sleep(0.5)                         # asdlpack is in the stream by now
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("asdlpack of an endless stream ignored SIGINT for 60 s")
+    assert out.split() == ["interrupted", "False"], (out, err[-2000:])
 
 
 def test_checker_flags_a_slice_that_loses_its_offset():

@@ -214,3 +214,17 @@ def test_pyarrow_buffer():
 def test_device_is_cpu():
     assert asdlpack(b"x").device == (DLDeviceType.kDLCPU, 0)
     assert asdlpack(b"x").__dlpack_device__() == (DLDeviceType.kDLCPU, 0)
+
+
+def test_a_protocol_set_to_none_is_absent():
+    """§3: None switches a protocol off (as __hash__ = None does); the buffer is then read."""
+
+    class Plain(bytes):
+        __array_interface__ = None
+        __arrow_c_array__ = None
+        __dlpack__ = None
+
+    data = Plain(b"\x01\x02\x03")
+    dl = asdlpack(data)
+    assert dl.dtype.name == "uint8" and dl.shape == (3,) and dl.readonly
+    assert memoryview(dl).tobytes() == b"\x01\x02\x03"

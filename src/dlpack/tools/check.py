@@ -889,6 +889,7 @@ def check_isolated(spec: str) -> Iterator[Result]:
             threading.Thread(target=pump, daemon=True).start()
             running: str | None = None
             timed_out = False
+            scribbled: str | None = None    # a line the producer wrote into the channel
             while True:
                 try:
                     line = lines.get(timeout=TIMEOUT)
@@ -898,11 +899,20 @@ def check_isolated(spec: str) -> Iterator[Result]:
                     break
                 if line is None:
                     break
-                message = json.loads(line)
-                if "start" in message:
-                    running = message["start"]
-                    continue
-                result = Result(**message["result"])
+                try:
+                    message = json.loads(line)
+                    if "start" in message:
+                        running = message["start"]
+                        continue
+                    result = Result(**message["result"])
+                    if result.rule != "factory" and (result.rule not in RULES or type(
+                            message["state"]) is not dict):
+                        raise ValueError(result.rule)
+                except (ValueError, TypeError, KeyError):
+                    child.kill()
+                    scribbled = ("the producer wrote into the checker's result channel: "
+                                 f"{line.strip()[:80]!r}")
+                    break
                 running = None
                 if result.rule == "factory":
                     child.wait()
@@ -917,11 +927,12 @@ def check_isolated(spec: str) -> Iterator[Result]:
             log.seek(0)
             how = _crash(None if timed_out else rc, log.read())
         if start == 0 and running in (None, "factory"):
-            yield Result("factory", "fail", f"importing and calling FACTORY ended the checker's "
-                         f"child process: {how}")
+            yield Result("factory", "fail", scribbled or "importing and calling FACTORY ended "
+                         f"the checker's child process: {how}")
             return
-        yield Result(RULES[start], "fail", f"the producer crashed a consumer: {how}"
-                     if not timed_out else f"the rule did not finish: {how}")
+        yield Result(RULES[start], "fail", scribbled or (
+            f"the producer crashed a consumer: {how}" if not timed_out
+            else f"the rule did not finish: {how}"))
         if RULES[start] == "basic-export":
             state = {"usable": False}
         start += 1

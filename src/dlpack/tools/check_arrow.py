@@ -195,7 +195,20 @@ def _capsule(struct, name: bytes):
 
 
 def _zero_bits(address: int, start: int, count: int) -> int:
-    bits = (ctypes.c_ubyte * ((start + count + 7) // 8)).from_address(address)
+    """0 bits of a validity bitmap in [start, start + count), once the kernel says the bytes
+    are mapped (a length the bitmap does not have fails the rule instead of the process)."""
+    from dlpack.tools.check import readable
+
+    if start < 0 or count < 0:
+        raise Fail(f"offset = {start}, length = {count}: a negative field")
+    nbytes = (start + count + 7) // 8
+    step = 1 << 15                  # half a pipe: readable() writes the bytes into one
+    for at in range(0, nbytes, step):
+        if not readable(address + at, min(step, nbytes - at)):
+            raise Fail(f"the validity bitmap at {address:#x} holds fewer than the {nbytes} "
+                       f"bytes offset = {start} and length = {count} need (byte {at} on is "
+                       "not readable memory): a consumer crashes reading it")
+    bits = (ctypes.c_ubyte * nbytes).from_address(address)
     return sum(1 for i in range(start, start + count) if not bits[i >> 3] >> (i & 7) & 1)
 
 
