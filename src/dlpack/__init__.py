@@ -5,7 +5,7 @@
 protocol and ctypes DLPack pointers, and returns a ``DLPackObject`` that speaks all of them.
 """
 
-from dlpack._core import DLPackObject, asdlpack, from_address, todict
+from dlpack._core import CudaError, DLPackObject, asdlpack, from_address, todict
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -23,6 +23,7 @@ __all__ = [
     "FLAG_BITMASK_IS_COPIED",
     "FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
     "FLAG_BITMASK_READ_ONLY",
+    "CudaError",
     "DLDataTypeCode",
     "DLDeviceType",
     "DLPackObject",

@@ -3,9 +3,9 @@
 import sys
 
 if sys.argv[1:2] == ["check"]:
-    from dlpack.check import main
+    from dlpack.tools.check import main
 
     sys.exit(main(sys.argv[2:]))
-from dlpack.matrix import main
+from dlpack.tools.matrix import main
 
 sys.exit(main())

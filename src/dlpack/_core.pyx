@@ -1,182 +1,24 @@
 # The core type DLPackObject and asdlpack(): every protocol in (_in/), every protocol out (_out/).
-cimport cython
-from cpython.buffer cimport (
-    PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND,
-    PyBUF_FULL_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
-    PyObject_CheckBuffer, PyObject_GetBuffer,
-)
-from cpython.pycapsule cimport (
-    PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
-    PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
-)
-from cpython.dict cimport PyDict_GetItem, PyDict_Next
-from cpython.exc cimport PyErr_Occurred, PyErr_SetString
-from cpython.ref cimport Py_INCREF, PyObject
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t, uintptr_t
-from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy, strcmp
-
-from dlpack._abi cimport *
-
-import ctypes as _ctypes
-import sys
-
-from dlpack import _types
-from dlpack._types import DLDeviceType
-
-cdef extern from "Python.h":
-    int Py_IsInitialized() nogil
-    enum:
-        Py_TPFLAGS_HEAPTYPE
-
-cdef extern from *:
-    """
-    static inline int dlpk_mul(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_mul_overflow(a, b, out);
-    }
-    static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_add_overflow(a, b, out);
-    }
-    static inline int dlpk_sub(int64_t a, int64_t b, int64_t *out) {
-        return __builtin_sub_overflow(a, b, out);
-    }
-    """
-    bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-    bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-    bint _sub_ovf "dlpk_sub"(int64_t a, int64_t b, int64_t *out) noexcept nogil
-
-cdef enum:
-    INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
-    MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
-
-cdef enum Strides:           # what a reader left in dl.strides for _finish
-    STRIDES_ELEMENTS         # element strides (DLPack's unit)
-    STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
-    STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
-
-# Devices whose memory the CPU can read and write directly.
-cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
-    return (device_type == kDLCPU or device_type == kDLCUDAHost
-            or device_type == kDLCUDAManaged or device_type == kDLROCMHost)
-
-cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
-    return (device_type == kDLCUDA or device_type == kDLCUDAHost
-            or device_type == kDLCUDAManaged)
-
-cdef inline bint _known_device(int32_t device_type) noexcept nogil:
-    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
-    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
-
-
-cdef int _unknown_device(str protocol, DLDevice dev) except -1:
-    raise BufferError(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
-                      f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
-                      f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
-                      "DLPack")
-
-
-cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
-cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
-cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
-
-
-cdef object _device_tuple(DLDevice dev):
-    if dev.device_type == kDLCPU and dev.device_id == 0:
-        return _CPU0
-    return (_DEVICE_TYPES.get(dev.device_type, dev.device_type), dev.device_id)
-
-
-cdef str _device_name(DLDevice dev):
-    d = _DEVICE_TYPES.get(dev.device_type)
-    return f"{d.name if d is not None else dev.device_type}:{dev.device_id}"
-
-
-# -- sizes: the checked arithmetic every reader, exporter and allocator shares ------------------
-
-cdef enum SizeError:
-    SIZE_OK = 0
-    SIZE_NO_BITS            # bits or lanes is 0
-    SIZE_PADDED_WIDE        # IS_SUBBYTE_TYPE_PADDED on a type of a byte or more
-    SIZE_ODD_BITS           # wider than a byte but not a whole number of bytes
-    SIZE_NEGATIVE           # a negative extent
-    SIZE_OVERFLOW           # element count or byte size beyond int64
-
-
-cdef SizeError _item_storage(DLDataType dtype, bint padded, int64_t *itemsize,
-                             bint *packed) noexcept nogil:
-    """Bytes per element (1 for packed sub-byte types, which set packed)."""
-    cdef int64_t ebits = <int64_t>dtype.bits * dtype.lanes
-    packed[0] = False
-    if ebits == 0:
-        return SIZE_NO_BITS
-    if padded:
-        if dtype.bits >= 8:
-            return SIZE_PADDED_WIDE
-        itemsize[0] = dtype.lanes
-    elif ebits % 8 == 0:
-        itemsize[0] = ebits // 8
-    elif ebits < 8:
-        itemsize[0] = 1
-        packed[0] = True
-    else:
-        return SIZE_ODD_BITS
-    return SIZE_OK
-
-
-cdef SizeError _element_count(int ndim, const int64_t *shape, int64_t *count) noexcept nogil:
-    """Number of elements; the nonzero extents' product must fit too (it sizes C strides)."""
-    cdef int i
-    cdef int64_t c = 1
-    cdef bint empty = False
-    for i in range(ndim):
-        if shape[i] < 0:
-            return SIZE_NEGATIVE
-        if shape[i] == 0:
-            empty = True
-        elif _mul_ovf(c, shape[i], &c):
-            return SIZE_OVERFLOW
-    count[0] = 0 if empty else c
-    return SIZE_OK
-
-
-cdef SizeError _byte_size(int64_t count, DLDataType dtype, int64_t itemsize, bint packed,
-                          int64_t *nbytes) noexcept nogil:
-    """Bytes that count elements occupy (packed sub-byte types rounded up to a byte)."""
-    cdef int64_t bits
-    if packed:
-        if _mul_ovf(count, <int64_t>dtype.bits * dtype.lanes, &bits):
-            return SIZE_OVERFLOW
-        nbytes[0] = bits // 8 + (bits % 8 != 0)
-    elif _mul_ovf(count, itemsize, nbytes):
-        return SIZE_OVERFLOW
-    return SIZE_OK
-
-
-cdef inline void _c_strides(int ndim, const int64_t *shape, int64_t *out) noexcept nogil:
-    """C-contiguous element strides (zero extents count as 1, as NumPy's do)."""
-    cdef int i
-    cdef int64_t s = 1
-    for i in range(ndim - 1, -1, -1):
-        out[i] = s
-        if shape[i] > 1:
-            s *= shape[i]        # cannot wrap: _element_count bounded the nonzero product
-
-
-cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=None):
-    name = _types.dtype(t.code, t.bits, t.lanes).name
-    if err == SIZE_NO_BITS:
-        return (f"{protocol}: field 'dtype' = {name} has bits={t.bits}, lanes={t.lanes}; "
-                "both must be positive")
-    if err == SIZE_PADDED_WIDE:
-        return (f"{protocol}: field 'flags' has IS_SUBBYTE_TYPE_PADDED for the {t.bits}-bit "
-                f"type {name}; padding applies only to types narrower than a byte")
-    if err == SIZE_ODD_BITS:
-        return (f"{protocol}: field 'dtype' = {name} (bits={t.bits}, lanes={t.lanes}) is not a "
-                "whole number of bytes; only types narrower than a byte may be packed")
-    if err == SIZE_NEGATIVE:
-        return f"{protocol}: field 'shape' = {shape} has a negative extent"
-    return (f"{protocol}: field 'shape' = {shape} has more elements of {name} than memory can "
-            "hold (the byte size overflows 64 bits)")
+# The files it is made of, in dependency order (declarations, then the shared arithmetic, then
+# ownership and the driver, then readers and writers, which use them); a new reader or writer
+# adds its line to its group, and declares what it cimports in _decl.pxi.
+include "_decl.pxi"              # cimports and C declarations, for every file below
+include "_base.pxi"              # limits, device kinds, checked size arithmetic
+include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
+include "_cuda.pxi"              # the CUDA driver and stream ordering
+include "_in/buffer.pxi"         # readers, one per protocol
+include "_in/ndarray.pxi"
+include "_in/array_interface.pxi"
+include "_in/array_struct.pxi"
+include "_in/dlpack.pxi"
+include "_in/address.pxi"
+include "_in/arrow.pxi"
+include "_out/dlpack.pxi"        # writers, one per protocol
+include "_out/buffer.pxi"
+include "_out/array_interface.pxi"
+include "_out/exchange_api.pxi"
+include "_out/pickle.pxi"
+include "_out/arrow.pxi"
 
 
 cdef bint _making = False              # True only inside _new_object
@@ -201,12 +43,12 @@ cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack
 
 
 cdef inline int _check_made(DLPackObject self) except -1:
-    """Refuse a blank object (every reader sets _isz >= 1 before handing one out).
+    """Refuse a blank object (every reader sets _itemsize >= 1 before handing one out).
 
     Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
     every export from it refuses.
     """
-    if self._isz == 0:
+    if self._itemsize == 0:
         raise TypeError(_UNMADE)
     return 0
 
@@ -226,8 +68,8 @@ cdef class DLPackObject:
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
     cdef int64_t _count                 # elements, bytes and bytes per element: set once, by
-    cdef int64_t _nbytes                # _finish, with overflow checks
-    cdef int64_t _isz
+    cdef int64_t _nbytes                # _validate, with overflow checks
+    cdef int64_t _itemsize
     cdef int64_t _inline[2 * INLINE_DIMS]
     cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
     cdef Py_buffer _view                # the provider's buffer, when one was taken
@@ -236,8 +78,9 @@ cdef class DLPackObject:
     cdef bint _managed_versioned
     cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
     cdef bint _legacy_readonly          # the user allows legacy export of read-only data
-    cdef bint _plain_versioned          # __dlpack__() without max_version gives a versioned
-                                        # capsule (0.2.1's impl_cls; docs/migration.md)
+    # __dlpack__() without max_version gives a versioned capsule (0.2.1's impl_cls;
+    # docs/migration.md).
+    cdef bint _plain_versioned
     cdef bint _c_contig
     cdef bint _f_contig
     cdef object _base
@@ -272,12 +115,10 @@ cdef class DLPackObject:
             self._has_view = False
             PyBuffer_Release(&self._view)
 
-    # -- construction: readers call _alloc_dims, fill shape and strides, then _finish --------
+    # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
-        if ndim < 0 or ndim > MAX_NDIM:
-            raise BufferError(f"{protocol}: field 'ndim' = {ndim} is out of range "
-                              f"(0 to {MAX_NDIM})")
+        _check_dims(protocol, "ndim", ndim, True)
         if ndim > INLINE_DIMS:
             self.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
             if self.dl.shape == NULL:
@@ -287,8 +128,8 @@ cdef class DLPackObject:
         self.dl.strides = self.dl.shape + ndim
         return 0
 
-    cdef int _finish(self, str protocol, Strides given, int64_t offset,
-                     int64_t bound) except -1:
+    cdef int _validate(self, str protocol, Strides given, int64_t offset,
+                       int64_t bound) except -1:
         """The one routine that validates a reader's shape, strides and dtype.
 
         Checks extents, element count, bytes and the byte range the elements reach with
@@ -298,13 +139,13 @@ cdef class DLPackObject:
         multiplies an arbitrary value: those of extent-1 dimensions, and all of an empty array.
         """
         cdef int i, n = self.dl.ndim
-        cdef int64_t isz, step, lo = 0, hi = 0, expect, end
+        cdef int64_t isz, lo = 0, hi = 0, expect, end
         cdef bint packed, c = True, f = True
         cdef uintptr_t address = <uintptr_t>self.dl.data
         cdef SizeError err = _item_storage(self.dl.dtype, self._flags & FLAG_SUBBYTE_PADDED,
                                            &isz, &packed)
         if err:
-            raise BufferError(_size_message(protocol, err, self.dl.dtype))
+            raise Refusal(_size_message(protocol, err, self.dl.dtype))
         if not _known_device(self.dl.device.device_type):
             _unknown_device(protocol, self.dl.device)
         if self.dl.device.device_type == kDLCPU:
@@ -313,8 +154,8 @@ cdef class DLPackObject:
         if err == SIZE_OK:
             err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
         if err:
-            raise BufferError(_size_message(protocol, err, self.dl.dtype, self.shape))
-        self._isz = isz
+            raise Refusal(_size_message(protocol, err, self.dl.dtype, self.shape))
+        self._itemsize = isz
         if given == STRIDES_C or self._count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
             if self._count == 0:
@@ -325,7 +166,7 @@ cdef class DLPackObject:
                 if self.dl.shape[i] == 1:
                     continue                    # normalised below
                 if packed or self.dl.strides[i] % isz:
-                    raise BufferError(
+                    raise Refusal(
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
                         f"{self.dl.strides[i]} is not a multiple of the item size {isz} "
                         "(a field of a structured array?)")
@@ -343,27 +184,21 @@ cdef class DLPackObject:
                 f = False
             expect *= self.dl.shape[i]
         if packed and not c:
-            raise BufferError(f"{protocol}: field 'strides' = {self.strides}: a packed "
-                              f"{self.dtype.name} array must be C-contiguous (elements share "
-                              "bytes)")
+            raise Refusal(f"{protocol}: field 'strides' = {self.strides}: a packed "
+                          f"{self.dtype.name} array must be C-contiguous (elements share "
+                          "bytes)")
         if self.dl.data == NULL:
-            raise BufferError(f"{protocol}: field 'data' is NULL for a non-empty array")
+            raise Refusal(f"{protocol}: field 'data' is NULL for a non-empty array")
         if packed:
             hi = self._nbytes
-        else:
-            for i in range(n):
-                if (_mul_ovf(self.dl.shape[i] - 1, self.dl.strides[i], &step)
-                        or _mul_ovf(step, isz, &step)
-                        or (_add_ovf(lo, step, &lo) if step < 0 else _add_ovf(hi, step, &hi))):
-                    raise BufferError(self._reach_message(protocol, "the address space"))
-            if _add_ovf(hi, isz, &hi) or _sub_ovf(hi, lo, &end):     # the span fits int64
-                raise BufferError(self._reach_message(protocol, "the address space"))
+        elif _span_of(n, self.dl.shape, self.dl.strides, isz, &lo, &hi):
+            raise Refusal(self._span_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
-            raise BufferError(self._reach_message(protocol, "the address space"))
+            raise Refusal(self._span_message(protocol, "the address space"))
         if bound >= 0 and (_add_ovf(offset, lo, &end) or end < 0
                            or _add_ovf(offset, hi, &end) or end > bound):
-            raise BufferError(self._reach_message(
+            raise Refusal(self._span_message(
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
         self._c_contig = c
         self._f_contig = f
@@ -372,9 +207,9 @@ cdef class DLPackObject:
     cdef tuple _raw_strides(self):
         return tuple([self.dl.strides[i] for i in range(self.dl.ndim)])
 
-    cdef str _reach_message(self, str protocol, str where):
+    cdef str _span_message(self, str protocol, str where):
         return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
-                f"{self._isz} bytes) reaches outside {where}")
+                f"{self._itemsize} bytes) reaches outside {where}")
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -418,7 +253,7 @@ cdef class DLPackObject:
     @property
     def itemsize(self):
         """Bytes per element (1 for packed sub-byte types)."""
-        return self._isz
+        return self._itemsize
 
     @property
     def readonly(self):
@@ -479,9 +314,6 @@ cdef class DLPackObject:
         _check_made(self)
         _fill_buffer(self, view, flags)
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
     @property
     def __array_interface__(self):
         """NumPy's array interface (v3), for data the CPU can address."""
@@ -520,23 +352,6 @@ cdef class DLPackObject:
                                     "__arrow_c_device_stream__")
 
 
-include "_own.pxi"
-include "_cuda.pxi"
-include "_in/buffer.pxi"
-include "_in/ndarray.pxi"
-include "_in/array_interface.pxi"
-include "_in/array_struct.pxi"
-include "_in/dlpack.pxi"
-include "_in/address.pxi"
-include "_in/arrow.pxi"
-include "_out/dlpack.pxi"
-include "_out/buffer.pxi"
-include "_out/array_interface.pxi"
-include "_out/exchange_api.pxi"
-include "_out/pickle.pxi"
-include "_out/arrow.pxi"
-
-
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
     """A second view of src's memory with its own export policy; src stays the owner."""
     cdef DLPackObject r = _new_object()
@@ -548,7 +363,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._flags = src._flags
     r._count = src._count
     r._nbytes = src._nbytes
-    r._isz = src._isz
+    r._itemsize = src._itemsize
     r._c_contig = src._c_contig
     r._f_contig = src._f_contig
     r._stream = src._stream
@@ -587,18 +402,11 @@ cdef bint _is_numpy_ndarray(type t):
         t.__flags__ & Py_TPFLAGS_HEAPTYPE)
 
 
-cdef tuple _PROTOCOL_NAMES = (
-    "__dlpack__", "DLPack capsule", "__dlpack_c_exchange_api__", "__cuda_array_interface__",
-    "__array_interface__", "__array_struct__", "buffer protocol", "ctypes pointer",
-    "CUDA driver", "asdlpack", "__arrow_c_device_array__", "__arrow_c_array__",
-    "__arrow_c_stream__")
-
-
 cdef BaseException _as_refusal(str protocol, BaseException e):
-    """A protocol's refusal as BufferError naming the protocol (ours already say one)."""
-    if isinstance(e, BufferError) and str(e).startswith(_PROTOCOL_NAMES):
+    """A protocol's refusal as a Refusal naming the protocol (ours already are one)."""
+    if isinstance(e, Refusal):
         return e
-    r = BufferError(f"{protocol}: {type(e).__name__}: {e}")
+    r = Refusal(f"{protocol}: {type(e).__name__}: {e}")
     r.__cause__ = e
     return r
 
@@ -645,7 +453,7 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
             fmt = b"B" if r._view.format == NULL else <bytes>r._view.format
             if fmt.lstrip(b"@=<>!") not in (b"B", b"c"):
                 continue
-            raise BufferError(
+            raise Refusal(
                 f"buffer protocol: format {fmt.decode('latin-1')!r} would give the elements "
                 f"as untyped bytes, but {refused} refused this {type(obj).__qualname__} as "
                 "typed elements; no fallback may change the elements. Convert it to a type "
@@ -655,7 +463,7 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
         except BufferError:
             code = bits = -1                   # a type DLPack cannot carry: nothing agrees
         if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
-            raise BufferError(
+            raise Refusal(
                 f"{protocol}: would give the elements as {r.dtype.name}, but {refused} typed "
                 f"them as 'typestr' = {_types._shown(claim)} and refused; no fallback may "
                 "change the elements. Convert the data to a type DLPack carries first"
@@ -768,8 +576,8 @@ cdef DLPackObject _dispatch(object obj):
     if len(refusals) == 1:
         raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
-    raise BufferError(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
-                      f"refused:\n{lines}") from refusals[-1][1]
+    raise Refusal(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
+                  f"refused:\n{lines}") from refusals[-1][1]
 
 
 def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,

@@ -2,13 +2,6 @@
 # when CUDA data is first seen: CPU-only processes never load it (docs/spec.md §3.4, §10).
 # Tests install a fake driver's entry points (_cuda_driver) and check the exact calls.
 
-from cpython.number cimport PyNumber_Index
-from cpython.pythread cimport (
-    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_release_lock,
-    PyThread_type_lock,
-)
-from libc.string cimport memset
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 ctypedef int CUresult
 ctypedef unsigned long long CUdeviceptr
@@ -99,7 +92,7 @@ _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVI
                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER]
 
 
-class CudaError(BufferError):
+class CudaError(Refusal):
     """A CUDA driver call failed, or there is no driver."""
 
 
@@ -520,25 +513,31 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     return mem
 
 
+cdef object _stream_index(object stream, str what):
+    """The one rule for a stream argument's type: an int (NumPy's too) taken with __index__
+    before any comparison; bool and everything else refused, naming `what`."""
+    if type(stream) is bool:
+        raise Refusal(f"{what} = {stream!r} is not None or an int")
+    try:
+        return PyNumber_Index(stream)
+    except TypeError:
+        raise Refusal(f"{what} = {stream!r} is not None or an int") from None
+
+
 cdef int _stream_int(object stream, str what, uintptr_t *out) except -1:
     """A stream named by an int (NumPy's too): 1 and out set, or 0 for -1; `what` names the
     argument in refusals. The value is taken with __index__ before any comparison, so an int
     subclass whose == lies cannot pass 0 (ambiguous) as something else."""
-    if type(stream) is bool:
-        raise BufferError(f"{what} = {stream!r} is not None or an int")
-    try:
-        value = PyNumber_Index(stream)
-    except TypeError:
-        raise BufferError(f"{what} = {stream!r} is not None or an int") from None
+    value = _stream_index(stream, what)
     if value == -1:
         return 0
     if value == 0:
-        raise BufferError(f"{what} = 0 is disallowed for CUDA (ambiguous); pass 1 for the "
-                          "legacy default stream or 2 for per-thread")
+        raise Refusal(f"{what} = 0 is disallowed for CUDA (ambiguous); pass 1 for the "
+                      "legacy default stream or 2 for per-thread")
     try:
         out[0] = value
     except OverflowError:
-        raise BufferError(f"{what} = {stream!r} is not a CUDA stream handle") from None
+        raise Refusal(f"{what} = {stream!r} is not a CUDA stream handle") from None
     return 1
 
 
@@ -549,3 +548,65 @@ cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
         out[0] = CU_STREAM_LEGACY
         return 1
     return _stream_int(stream, "__dlpack__: stream", out)
+
+
+# -- stream ordering: a consumer after the producer's pending work (docs/spec.md §10) ----------
+
+cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
+    """The stream CUDA data's pending work is on: 1 and out set, or 0 when there is none."""
+    cdef void *current = NULL
+    if self._work_api != NULL:
+        if self._work_api.current_work_stream(<c_DLDeviceType>self.dl.device.device_type,
+                                              self.dl.device.device_id, &current) != 0:
+            if PyErr_Occurred():
+                return -1
+            raise Refusal("__dlpack_c_exchange_api__: the producer's current_work_stream "
+                          "failed")
+        out[0] = <uintptr_t>current if current != NULL else CU_STREAM_LEGACY
+        return 1
+    out[0] = self._stream
+    return self._stream != 0
+
+
+cdef inline int _host_wait(DLPackObject self) except -1:
+    """Before the host reads self's memory: pinned or managed CUDA memory is read once the
+    producer's pending work is done; other host memory is ready as it is."""
+    if _cuda_kind(self.dl.device.device_type):
+        _sync_for(self, None, True)
+    return 0
+
+
+cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
+    """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
+
+    A __dlpack__ provider is asked again with the consumer's stream and orders itself (its
+    capsule is dropped); providers that refuse the per-thread default stream (torch) are asked
+    for the legacy default stream, which stream 2 waits for. Otherwise one event, or for a host
+    reader a synchronize, on the producer's stream.
+    """
+    cdef uintptr_t producer, consumer
+    if self._event != NULL:             # an Arrow producer's sync_event (docs/spec.md §13)
+        if host_reads:
+            if stream is not None:
+                _consumer_stream(stream, &consumer)
+            return _cu_event_sync(self.dl.device.device_id, self._event)
+        if _consumer_stream(stream, &consumer):
+            _cu_event_wait(self.dl.device.device_id, self._event, consumer)
+        return 0
+    if host_reads:
+        if stream is not None:
+            _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says
+        if self._resync is not None:
+            self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
+            producer = CU_STREAM_LEGACY
+        elif not _producer_stream(self, &producer):
+            return 0
+        return _cu_stream_sync(self.dl.device.device_id, producer)
+    if not _consumer_stream(stream, &consumer):
+        return 0
+    if self._resync is not None:
+        self._resync.__dlpack__(
+            stream=CU_STREAM_LEGACY if consumer == CU_STREAM_PER_THREAD else consumer)
+    elif _producer_stream(self, &producer) and producer != consumer:
+        _cu_stream_wait(self.dl.device.device_id, producer, consumer)
+    return 0

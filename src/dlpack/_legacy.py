@@ -9,11 +9,11 @@ per-protocol function forces that protocol, ``impl_cls`` chooses the capsule a p
 
 from __future__ import annotations
 
-import ctypes
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import dlpack._capsule_api as _capi
 import dlpack.ctypes as _dlc
 from dlpack._core import DLPackObject, _asdlpack_via
 from dlpack._types import DLDataTypeCode, DLDeviceType
@@ -167,35 +167,8 @@ class Buffer:
 
 
 # -- Capsule: 0.2.1's ctypes wrapper of the PyCapsule C API ---------------------------------------
-# Own prototypes (ctypes.pythonapi's are shared with every other user of ctypes). A destructor
-# gets the dying capsule's address, never a new reference to it: one would revive the capsule
-# in its own dealloc and free it twice.
-
-_py = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
-_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-def _proto(name: str, restype: Any, *argtypes: Any) -> Any:
-    f = _py[name]                       # a new function object each time (getattr caches)
-    f.restype, f.argtypes = restype, list(argtypes)
-    return f
-
-
-_obj, _raw = ctypes.py_object, ctypes.c_void_p
-_New = _proto("PyCapsule_New", _obj, _raw, ctypes.c_char_p, _Destructor)
-_IsValid = _proto("PyCapsule_IsValid", ctypes.c_int, _obj, ctypes.c_char_p)
-_GetPointer = _proto("PyCapsule_GetPointer", _raw, _obj, ctypes.c_char_p)
-_SetPointer = _proto("PyCapsule_SetPointer", ctypes.c_int, _obj, _raw)
-_GetName = _proto("PyCapsule_GetName", ctypes.c_char_p, _obj)
-_SetName = _proto("PyCapsule_SetName", ctypes.c_int, _obj, ctypes.c_char_p)
-_GetContext = _proto("PyCapsule_GetContext", _raw, _obj)
-_SetContext = _proto("PyCapsule_SetContext", ctypes.c_int, _obj, _raw)
-_GetDestructor = _proto("PyCapsule_GetDestructor", _Destructor, _obj)
-_SetDestructor = _proto("PyCapsule_SetDestructor", ctypes.c_int, _obj, _Destructor)
-_RawIsValid = _proto("PyCapsule_IsValid", ctypes.c_int, _raw, ctypes.c_char_p)
-_RawGetPointer = _proto("PyCapsule_GetPointer", _raw, _raw, ctypes.c_char_p)
-_RawGetName = _proto("PyCapsule_GetName", ctypes.c_char_p, _raw)
-_RawGetContext = _proto("PyCapsule_GetContext", _raw, _raw)
+# A destructor gets the dying capsule's address, never a new reference to it: one would revive
+# the capsule in its own dealloc and free it twice.
 
 _NAMES: dict[bytes, bytes] = {}        # a capsule keeps only the char *: names live for good
 
@@ -218,16 +191,16 @@ class _Dying:
         self._address = address
 
     def get_name(self) -> str | None:
-        return _text(_RawGetName(self._address))
+        return _text(_capi.RawGetName(self._address))
 
     def is_valid(self, name: str | bytes | None) -> bool:
-        return bool(_RawIsValid(self._address, _name(name)))
+        return bool(_capi.RawIsValid(self._address, _name(name)))
 
     def get_pointer(self, name: str | bytes | None) -> int:
-        return _RawGetPointer(self._address, _name(name))  # type: ignore[no-any-return]
+        return _capi.RawGetPointer(self._address, _name(name))  # type: ignore[no-any-return]
 
     def get_context(self) -> int | None:
-        return _RawGetContext(self._address)  # type: ignore[no-any-return]
+        return _capi.RawGetContext(self._address)  # type: ignore[no-any-return]
 
 
 class Capsule:
@@ -252,42 +225,42 @@ class Capsule:
         """A new capsule holding ``pointer`` (not NULL) under ``name``."""
         deprecated("dlpack.Capsule.new(...)", "ctypes.pythonapi.PyCapsule_New", 2)
         self = cls.__new__(cls)
-        self._wrap(_New(pointer, _name(name), _Destructor()))
+        self._wrap(_capi.New(pointer, _name(name), _capi.Destructor()))
         if destructor is not None:
             self.set_destructor(destructor)
         return self
 
     def is_valid(self, name: str | bytes | None) -> bool:
-        return bool(_IsValid(self.capsule, _name(name)))
+        return bool(_capi.IsValid(self.capsule, _name(name)))
 
     def get_pointer(self, name: str | bytes | None) -> int:
-        return _GetPointer(self.capsule, _name(name))  # type: ignore[no-any-return]
+        return _capi.GetPointer(self.capsule, _name(name))  # type: ignore[no-any-return]
 
     def set_pointer(self, pointer: int) -> None:
-        _SetPointer(self.capsule, pointer)
+        _capi.SetPointer(self.capsule, pointer)
 
     def get_name(self) -> str | None:
-        return _text(_GetName(self.capsule))
+        return _text(_capi.GetName(self.capsule))
 
     def set_name(self, name: str | bytes | None) -> None:
-        _SetName(self.capsule, _name(name))
+        _capi.SetName(self.capsule, _name(name))
 
     def get_context(self) -> int | None:
-        return _GetContext(self.capsule)  # type: ignore[no-any-return]
+        return _capi.GetContext(self.capsule)  # type: ignore[no-any-return]
 
     def set_context(self, context: int | None) -> None:
-        _SetContext(self.capsule, context)
+        _capi.SetContext(self.capsule, context)
 
     def get_destructor(self) -> Any:
-        return _GetDestructor(self.capsule)
+        return _capi.GetDestructor(self.capsule)
 
     def set_destructor(self, destructor: Callable[[Any], None] | None) -> None:
         """``destructor(capsule)`` runs once when the capsule is freed; it may read the
         capsule's name, pointer and context."""
         key = id(self.capsule)
-        if destructor is None or isinstance(destructor, _Destructor):
+        if destructor is None or isinstance(destructor, _capi.Destructor):
             Capsule._destructors.pop(key, None)
-            _SetDestructor(self.capsule, destructor or _Destructor())
+            _capi.SetDestructor(self.capsule, destructor or _capi.Destructor())
             return
 
         def run(address: int) -> None:
@@ -296,9 +269,9 @@ class Capsule:
             finally:
                 Capsule._destructors.pop(address, None)
 
-        callback = _Destructor(run)
+        callback = _capi.Destructor(run)
         Capsule._destructors[key] = callback
-        _SetDestructor(self.capsule, callback)
+        _capi.SetDestructor(self.capsule, callback)
 
 
 _ALIASES = {     # 0.2.1's name -> its 1.x home (same thing, new place)

@@ -2,17 +2,6 @@
 # the capsule destructors (one per struct kind), and the copy routine.
 
 
-cdef extern from "Python.h":
-    ctypedef int PyGILState_STATE
-    PyGILState_STATE PyGILState_Ensure() nogil
-    void PyGILState_Release(PyGILState_STATE) nogil
-    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
-    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
-    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
-    # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
-    void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
-    const char *_capsule_name "PyCapsule_GetName"(object) noexcept   # our capsules: valid
-
 cdef extern from *:
     """
     #if PY_VERSION_HEX >= 0x030D0000
@@ -50,52 +39,51 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     written, so it is read-only unless the caller declares otherwise (asdlpack's
     ``legacy_writable``).
     """
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef DLTensor t
     cdef DLPackVersion version
     cdef uint64_t flags = 0
     cdef uintptr_t data
     if m == NULL:
-        raise BufferError(f"{protocol}: the managed tensor pointer is NULL")
-    self = _new_object()
-    self._managed = m                   # from here on, dropping self calls the deleter once
-    self._managed_versioned = versioned
-    self._base = base
+        raise Refusal(f"{protocol}: the managed tensor pointer is NULL")
+    r = _new_object()
+    r._managed = m                   # from here on, dropping r calls the deleter once
+    r._managed_versioned = versioned
+    r._base = base
     # The struct and its shape and strides are copied once, before any Python code can run;
     # only the copy is read after that (docs/spec.md §7).
     if versioned:
         version = (<DLManagedTensorVersioned *>m).version
         if version.major > DLPACK_MAJOR:
-            raise BufferError(f"{protocol}: field 'version' = {version.major}."
-                              f"{version.minor} has a newer major version than this pydlpack "
-                              f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
+            raise Refusal(f"{protocol}: field 'version' = {version.major}."
+                          f"{version.minor} has a newer major version than this pydlpack "
+                          f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
         t = (<DLManagedTensorVersioned *>m).dl_tensor
         flags = (<DLManagedTensorVersioned *>m).flags
     else:
         t = (<DLManagedTensor *>m).dl_tensor
-    _copy_dims(self, &t, protocol)
+    _copy_dims(r, &t, protocol)
     if versioned:
-        self._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
+        r._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
     else:
-        self._flags = FLAG_READ_ONLY
-        self._legacy_import = True
+        r._flags = FLAG_READ_ONLY
+        r._legacy_import = True
     data = <uintptr_t>t.data
     if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
-        raise BufferError(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
-                          f"pointer {data:#x} outside the address space")
-    self.dl.data = <void *>(data + t.byte_offset)
-    self.dl.device = t.device
-    self.dl.dtype = t.dtype
+        raise Refusal(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
+                      f"pointer {data:#x} outside the address space")
+    r.dl.data = <void *>(data + t.byte_offset)
+    r.dl.device = t.device
+    r.dl.dtype = t.dtype
     if _cuda_kind(t.device.device_type):
-        self._stream = 1        # the producer synchronised to the legacy default stream for us
-    self._finish(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
-    return self
+        r._stream = 1        # the producer synchronised to the legacy default stream for us
+    r._validate(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
+    return r
 
 
 cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
     """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
-    if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
     self._alloc_dims(t.ndim, protocol)
     if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
         memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
@@ -107,8 +95,9 @@ cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -
 # -- the export block: one allocation per exported tensor ---------------------------------------
 
 cdef enum:
-    DATA_ALIGN = 256        # data pydlpack allocates starts on this boundary (TensorFlow aborts
-                            # on data not 64-byte aligned; JAX copies it)
+    # Data pydlpack allocates starts on this boundary (TensorFlow aborts on data not 64-byte
+    # aligned; JAX copies it).
+    DATA_ALIGN = 256
 
 
 cdef inline void _block_layout(size_t head, int ndim, size_t *dims_at,
@@ -127,8 +116,9 @@ cdef inline char *_data_start(char *block, size_t data_at) noexcept nogil:
 
 cdef enum Export:
     EXPORT_VIEW             # the tensor views self's memory and holds self
-    EXPORT_HOST_COPY        # the data is a copy inside the block (filled from host memory here;
-                            # from device memory by the caller, _fill_from_device)
+    # The data is a copy inside the block (filled from host memory here; from device memory by
+    # the caller, _fill_from_device).
+    EXPORT_HOST_COPY
     EXPORT_DEVICE_COPY      # the data is owner's device memory (a _DeviceMemory it holds)
 
 
@@ -201,8 +191,8 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
     """Copy src's elements, addressed from data with src's strides (or the element strides
     given, e.g. a staging copy's), into dst in C order.
 
-    Packed sub-byte arrays are always C-contiguous (_finish refuses others), so the strided
-    loop moves whole items of src._isz bytes.
+    Packed sub-byte arrays are always C-contiguous (_validate refuses others), so the strided
+    loop moves whole items of src._itemsize bytes.
     """
     cdef int ndim = src.dl.ndim, i
     cdef int64_t n
@@ -218,32 +208,22 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
     for i in range(ndim):
         idx[i] = 0
     for n in range(src._count):
-        memcpy(dst, p, src._isz)
-        dst += src._isz
+        memcpy(dst, p, src._itemsize)
+        dst += src._itemsize
         i = ndim - 1
-        while i >= 0:       # odometer; p never leaves the range _finish checked for overflow
+        while i >= 0:       # odometer; p never leaves the range _validate checked for overflow
             if idx[i] + 1 < src.dl.shape[i]:
                 idx[i] += 1
-                p += strides[i] * src._isz
+                p += strides[i] * src._itemsize
                 break
-            p -= (src.dl.shape[i] - 1) * strides[i] * src._isz
+            p -= (src.dl.shape[i] - 1) * strides[i] * src._itemsize
             idx[i] = 0
             i -= 1
 
 
-cdef void _reach(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
-    """Lowest and one-past-highest byte offset from data that an element occupies (non-empty
-    arrays; _finish checked that none of this overflows)."""
-    cdef int i
-    cdef int64_t step
-    lo[0] = 0
-    hi[0] = self._isz
-    for i in range(self.dl.ndim):
-        step = (self.dl.shape[i] - 1) * self.dl.strides[i] * self._isz
-        if step < 0:
-            lo[0] += step
-        else:
-            hi[0] += step
+cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
+    """_span_of a validated non-empty array (_validate refused those that overflow)."""
+    _span_of(self.dl.ndim, self.dl.shape, self.dl.strides, self._itemsize, lo, hi)
 
 
 # -- deleters and the capsule destructors --------------------------------------------------------

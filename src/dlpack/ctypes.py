@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import ctypes
+import warnings
 from typing import Any
 
+import dlpack._capsule_api as _capi
 from dlpack._core import DLPackObject, _export_address, asdlpack
 from dlpack._types import (  # noqa: F401  (re-exported for C bindings)
     DLPACK_VERSION,
@@ -102,15 +104,9 @@ class DLPackExchangeAPI(ctypes.Structure):
 def exchange_api(cls: type) -> DLPackExchangeAPI | None:
     """The ``DLPackExchangeAPI`` a type publishes as ``__dlpack_c_exchange_api__``, or None."""
     capsule = getattr(cls, "__dlpack_c_exchange_api__", None)
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    valid = ctypes.pythonapi.PyCapsule_IsValid
-    valid.restype = ctypes.c_int
-    valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    if capsule is None or not valid(capsule, b"dlpack_exchange_api"):
+    if capsule is None or not _capi.IsValid(capsule, b"dlpack_exchange_api"):
         return None
-    api = DLPackExchangeAPI.from_address(get(capsule, b"dlpack_exchange_api"))
+    api = DLPackExchangeAPI.from_address(_capi.GetPointer(capsule, b"dlpack_exchange_api"))
     api._capsule = capsule          # the struct lives as long as its capsule
     return api
 
@@ -125,5 +121,7 @@ def to_pointer(obj: object, *, versioned: bool = True) -> ctypes._Pointer[Any]:
 
 
 def from_pointer(ptr: ctypes._Pointer[Any], **kwargs: Any) -> DLPackObject:
-    """``asdlpack`` for a ctypes pointer: takes ownership and NULLs ``ptr``."""
+    """Deprecated second spelling of ``asdlpack(ptr)`` (takes ownership and NULLs ``ptr``)."""
+    warnings.warn("dlpack.ctypes.from_pointer(ptr) is deprecated: use dlpack.asdlpack(ptr), "
+                  "which takes the same pointer and keywords", DeprecationWarning, stacklevel=2)
     return asdlpack(ptr, **kwargs)

@@ -1,9 +1,7 @@
 # Provider: memory described by its address (dlpack.from_address) — a C library's buffer bound
 # with ctypes or cffi, an allocator's block, a memory map. The caller vouches for the address and
-# for the owner that keeps it alive; shape, strides and dtype go through _finish like every
+# for the owner that keeps it alive; shape, strides and dtype go through _validate like every
 # reader's. Sequences are snapshot first (docs/spec.md §7).
-
-from libc.stdint cimport INT32_MAX
 
 
 cdef uintptr_t _address_arg(object address) except? 0:
@@ -19,8 +17,8 @@ cdef uintptr_t _address_arg(object address) except? 0:
                         "object pass ctypes.addressof(obj), for a ctypes pointer "
                         "ctypes.cast(p, ctypes.c_void_p).value") from None
     if a < 0 or a > top:
-        raise BufferError(f"from_address: address = {a} is outside the address space "
-                          f"(0 to {top})")
+        raise Refusal(f"from_address: address = {a} is outside the address space "
+                      f"(0 to {top})")
     return a
 
 
@@ -41,17 +39,17 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
         raise TypeError(f"from_address: device = {device!r:.80} is not a (DLDeviceType, id) "
                         "pair of ints, e.g. (dlpack.DLDeviceType.kDLCPU, 0)") from None
     if dt not in _DEVICE_TYPES:
-        raise BufferError(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
+        raise Refusal(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
     if did < 0 or did > INT32_MAX:
-        raise BufferError(f"from_address: device = {device!r:.80}: the id {did} is not a device "
-                          "ordinal (0 and up)")
+        raise Refusal(f"from_address: device = {device!r:.80}: the id {did} is not a device "
+                      "ordinal (0 and up)")
     dev.device_type = dt
     dev.device_id = did
     if _cuda_kind(dev.device_type) and address != 0:
         _cu_pointer_device(address, &found)
         if found.device_type != dev.device_type or found.device_id != dev.device_id:
-            raise BufferError(f"from_address: device = {_device_name(dev)}, but the CUDA driver "
-                              f"says address {address:#x} is on {_device_name(found)}")
+            raise Refusal(f"from_address: device = {_device_name(dev)}, but the CUDA driver "
+                          f"says address {address:#x} is on {_device_name(found)}")
     return dev
 
 
@@ -68,30 +66,30 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     Shape, strides and dtype are checked as every protocol's are (docs/spec.md §2, §7); the
     address itself is your promise.
     """
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef Py_ssize_t i, n
     cdef str protocol = "from_address"
     cdef uintptr_t a = _address_arg(address)
     shape_t = _ai_sequence(protocol, "shape", shape)
     strides_t = None if strides is None else _ai_sequence(protocol, "strides", strides)
     if strides_t is not None and len(strides_t) != len(shape_t):
-        raise BufferError(f"from_address: field 'strides' = {strides_t!r:.80} has "
-                          f"{len(strides_t)} entries for the {len(shape_t)} of 'shape'")
+        raise Refusal(f"from_address: field 'strides' = {strides_t!r:.80} has "
+                      f"{len(strides_t)} entries for the {len(shape_t)} of 'shape'")
     code, bits, lanes, flags = _types.dtype_fields(protocol, dtype)
     cdef DLDevice dev = _device_arg(device, a)
-    self = _new_object()
-    self.dl.dtype.code = code
-    self.dl.dtype.bits = bits
-    self.dl.dtype.lanes = lanes
-    self.dl.data = <void *>a
-    self.dl.device = dev
-    self._flags = flags | (FLAG_READ_ONLY if readonly else 0)
+    r = _new_object()
+    r.dl.dtype.code = code
+    r.dl.dtype.bits = bits
+    r.dl.dtype.lanes = lanes
+    r.dl.data = <void *>a
+    r.dl.device = dev
+    r._flags = flags | (FLAG_READ_ONLY if readonly else 0)
     n = len(shape_t)
-    self._alloc_dims(n, protocol)
+    r._alloc_dims(n, protocol)
     for i in range(n):
-        self.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
+        r.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
         if strides_t is not None:
-            self.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
-    self._base = owner
-    self._finish(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
-    return self
+            r.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
+    r._base = owner
+    r._validate(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
+    return r

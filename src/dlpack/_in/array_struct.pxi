@@ -1,25 +1,31 @@
 # Provider: __array_struct__ (a capsule holding NumPy's PyArrayInterface C struct).
 
-cdef enum:
-    ARR_ALIGNED = 0x100
-    ARR_NOTSWAPPED = 0x200
-    ARR_WRITEABLE = 0x400
+cdef uint8_t _KIND_CODES[128]      # typekind -> DLPack type code
+cdef uint64_t _KIND_SIZES[128]     # bit n set: an n-byte item of that kind is a DLPack type
+
+
+cdef int _fill_kind_table() except -1:
+    """The C copy of _types' one table of typekinds and their widths (_KIND_CODE,
+    _KIND_WIDTHS), for the struct reader, which sees no typestr."""
+    memset(_KIND_CODES, 0, sizeof(_KIND_CODES))
+    memset(_KIND_SIZES, 0, sizeof(_KIND_SIZES))
+    for kind, code in _types._KIND_CODE.items():
+        for size in _types._KIND_WIDTHS[kind]:
+            if size * 8 <= 255:                 # what DLDataType.bits can hold
+                _KIND_SIZES[ord(kind)] |= (<uint64_t>1) << size
+        _KIND_CODES[ord(kind)] = code
+    return 0
+
+
+_fill_kind_table()
 
 
 cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcept nogil:
-    """The common numeric typekinds in C; False sends the rest to the Python table."""
-    if kind == b'f' and (itemsize == 4 or itemsize == 8 or itemsize == 2):
-        out.code = kDLFloat
-    elif kind == b'i' and (itemsize == 1 or itemsize == 2 or itemsize == 4 or itemsize == 8):
-        out.code = kDLInt
-    elif kind == b'u' and (itemsize == 1 or itemsize == 2 or itemsize == 4 or itemsize == 8):
-        out.code = kDLUInt
-    elif kind == b'c' and (itemsize == 8 or itemsize == 16):
-        out.code = kDLComplex
-    elif kind == b'b' and itemsize == 1:
-        out.code = kDLBool
-    else:
+    """A typekind and item size of the table, in C; False sends the rest to the Python path
+    (ml_dtypes names, the refusals)."""
+    if kind >= 128 or itemsize <= 0 or itemsize >= 64 or not (_KIND_SIZES[kind] >> itemsize) & 1:
         return False
+    out.code = _KIND_CODES[kind]
     out.bits = <uint8_t>(itemsize * 8)
     out.lanes = 1
     return True
@@ -28,56 +34,52 @@ cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcep
 cdef DLPackObject _from_array_struct(object obj, object capsule):
     """The struct, its shape and its strides are copied once, before any Python code or
     allocation can run (the dtype lookup may call the provider); only the copy is read."""
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef PyArrayInterface s
     cdef int i
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
-    self = _new_object()
-    self._keep = capsule                # and whatever the capsule keeps alive
+        raise Refusal(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
+    r = _new_object()
+    r._keep = capsule                # and whatever the capsule keeps alive
     s = (<PyArrayInterface *>PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule)))[0]
     if s.two != 2:
-        raise BufferError(f"__array_struct__: field 'two' = {s.two}, expected 2 "
-                          "(not a PyArrayInterface)")
-    if s.nd < 0 or s.nd > MAX_NDIM:
-        raise BufferError(f"__array_struct__: field 'nd' = {s.nd} is out of range "
-                          f"(0 to {MAX_NDIM})")
-    if s.nd > 0 and s.shape == NULL:
-        raise BufferError(f"__array_struct__: field 'shape' is NULL for nd = {s.nd}")
+        raise Refusal(f"__array_struct__: field 'two' = {s.two}, expected 2 "
+                      "(not a PyArrayInterface)")
+    _check_dims("__array_struct__", "nd", s.nd, s.shape != NULL)
     if s.itemsize <= 0 or s.itemsize > 32:
-        raise BufferError(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
-                          "of a type DLPack can carry (1 to 32 bytes)")
+        raise Refusal(f"__array_struct__: field 'itemsize' = {s.itemsize} is not the size "
+                      "of a type DLPack can carry (1 to 32 bytes)")
     kind = <unsigned char>s.typekind
-    self._alloc_dims(s.nd, "__array_struct__")
+    r._alloc_dims(s.nd, "__array_struct__")
     for i in range(s.nd):
-        self.dl.shape[i] = s.shape[i]
+        r.dl.shape[i] = s.shape[i]
         if s.strides != NULL:
-            self.dl.strides[i] = s.strides[i]
-    if not _kind_dtype(kind, s.itemsize, &self.dl.dtype):
+            r.dl.strides[i] = s.strides[i]
+    if not _kind_dtype(kind, s.itemsize, &r.dl.dtype):
         if kind < 0x21 or kind > 0x7E:
-            raise BufferError(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
-                              "typekind character")
+            raise Refusal(f"__array_struct__: field 'typekind' = {kind:#04x} is not a "
+                          "typekind character")
         typestr = f"|{chr(kind)}{s.itemsize}"
         code, bits, flags = _types.parse_typestr(
             "__array_struct__", typestr, _ml_name(obj, typestr))
-        self.dl.dtype.code = code
-        self.dl.dtype.bits = bits
-        self.dl.dtype.lanes = 1
-        self._flags = flags
-    if s.itemsize > 1 and not s.flags & ARR_NOTSWAPPED:
-        raise BufferError("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
-                          "non-native byte order; byte-swap it first")
-    if not s.flags & ARR_ALIGNED:
-        raise BufferError("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
-                          "cannot be exchanged through DLPack")
-    if not s.flags & ARR_WRITEABLE:
-        self._flags |= FLAG_READ_ONLY
-    self.dl.data = s.data
-    self.dl.device.device_type = kDLCPU
-    self._base = obj
-    self._finish("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
-    return self
+        r.dl.dtype.code = code
+        r.dl.dtype.bits = bits
+        r.dl.dtype.lanes = 1
+        r._flags = flags
+    if s.itemsize > 1 and not s.flags & NPY_NOTSWAPPED:
+        raise Refusal("__array_struct__: field 'flags' lacks NOTSWAPPED: the data is "
+                      "non-native byte order; byte-swap it first")
+    if not s.flags & NPY_ALIGNED:
+        raise Refusal("__array_struct__: field 'flags' lacks ALIGNED: misaligned data "
+                      "cannot be exchanged through DLPack")
+    if not s.flags & NPY_WRITEABLE:
+        r._flags |= FLAG_READ_ONLY
+    r.dl.data = s.data
+    r.dl.device.device_type = kDLCPU
+    r._base = obj
+    r._validate("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
+    return r
 
 
 def _read_array_struct(obj, capsule):

@@ -5,13 +5,6 @@
 # structs are moved (copied) before use, each child is copied once before it is read, and
 # every length, offset and pointer is checked before a view is made.
 
-from libc.string cimport memcmp, memset
-
-cdef extern from "string.h":
-    size_t strnlen(const char *, size_t) nogil
-
-cdef extern from "Python.h":
-    int PyErr_CheckSignals() except -1
 
 cdef extern from *:
     """
@@ -176,19 +169,19 @@ cdef object _arrow_extension(const char *md, str protocol, int depth, ArrowExt *
     memcpy(&n, p, 4)
     p += 4
     if n < 0 or n > ARROW_MAX_PAIRS:
-        raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)} says {n} key/value "
-                          f"pairs (0 to {ARROW_MAX_PAIRS} expected): a corrupt metadata string")
+        raise Refusal(f"{protocol}: field 'metadata' of {_at(depth)} says {n} key/value "
+                      f"pairs (0 to {ARROW_MAX_PAIRS} expected): a corrupt metadata string")
     for i in range(n):
         memcpy(&klen, p, 4)
         if klen < 0 or klen > ARROW_MAX_ITEM:
-            raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)}: key {i} has "
-                              f"length {klen}: a corrupt metadata string")
+            raise Refusal(f"{protocol}: field 'metadata' of {_at(depth)}: key {i} has "
+                          f"length {klen}: a corrupt metadata string")
         key = p + 4
         p = key + klen
         memcpy(&vlen, p, 4)
         if vlen < 0 or vlen > ARROW_MAX_ITEM:
-            raise BufferError(f"{protocol}: field 'metadata' of {_at(depth)}: value {i} has "
-                              f"length {vlen}: a corrupt metadata string")
+            raise Refusal(f"{protocol}: field 'metadata' of {_at(depth)}: value {i} has "
+                          f"length {vlen}: a corrupt metadata string")
         if klen == 20 and memcmp(key, b"ARROW:extension:name", 20) == 0:
             name, nlen = p + 4, vlen
         elif klen == 24 and memcmp(key, b"ARROW:extension:metadata", 24) == 0:
@@ -203,10 +196,10 @@ cdef object _arrow_extension(const char *md, str protocol, int depth, ArrowExt *
         return meta[:mlen] if meta != NULL else b""
     else:
         ext = name[:min(nlen, 100)].decode("utf-8", "replace")
-        raise BufferError(f"{protocol}: {_at(depth)} has the extension type {ext!r}; pydlpack "
-                          "reads arrow.bool8 and arrow.fixed_shape_tensor only (others give "
-                          "their stored values a meaning DLPack cannot carry); to view the raw "
-                          "storage, pass arr.storage")
+        raise Refusal(f"{protocol}: {_at(depth)} has the extension type {ext!r}; pydlpack "
+                      "reads arrow.bool8 and arrow.fixed_shape_tensor only (others give "
+                      "their stored values a meaning DLPack cannot carry); to view the raw "
+                      "storage, pass arr.storage")
     return None
 
 
@@ -216,20 +209,20 @@ cdef int _arrow_struct_column(ArrowSchema *s, str protocol) except -1:
     if n == 1 and s.children != NULL and s.children[0] != NULL:
         return 0
     if n < 1:
-        raise BufferError(f"{protocol}: the data is a struct (record batch) of {n} fields; "
-                          "a tensor needs one column")
+        raise Refusal(f"{protocol}: the data is a struct (record batch) of {n} fields; "
+                      "a tensor needs one column")
     if s.children == NULL:
-        raise BufferError(f"{protocol}: field 'children' of the schema is NULL for "
-                          f"n_children = {n}")
+        raise Refusal(f"{protocol}: field 'children' of the schema is NULL for "
+                      f"n_children = {n}")
     names = []
     for i in range(min(n, 8)):
         names.append(_c_text(s.children[i].name) if s.children[i] != NULL else "?")
     if n == 1:
-        raise BufferError(f"{protocol}: field 'children' of the schema holds a NULL pointer")
+        raise Refusal(f"{protocol}: field 'children' of the schema holds a NULL pointer")
     shown = ", ".join(repr(x) for x in names) + (", …" if n > 8 else "")
-    raise BufferError(f"{protocol}: the data is a struct (record batch / data frame) of {n} "
-                      f"columns ({shown}); a tensor is one column: select it first (df[name], "
-                      "df.select(name), batch.column(i), relation.select(name))")
+    raise Refusal(f"{protocol}: the data is a struct (record batch / data frame) of {n} "
+                  f"columns ({shown}); a tensor is one column: select it first (df[name], "
+                  "df.select(name), batch.column(i), relation.select(name))")
 
 
 cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, str protocol,
@@ -246,7 +239,7 @@ cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, 
     t.unwrap = False
     t.tensor = False
     if s.format == NULL:
-        raise BufferError(f"{protocol}: field 'format' of the schema is NULL")
+        raise Refusal(f"{protocol}: field 'format' of the schema is NULL")
     if unwrap_ok and s.format[0] == b'+' and s.format[1] == b's' and s.format[2] == 0:
         _arrow_struct_column(s, protocol)
         s = s.children[0]
@@ -254,48 +247,48 @@ cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, 
     while True:
         f = s.format
         if f == NULL:
-            raise BufferError(f"{protocol}: field 'format' of {_at(depth)} is NULL")
+            raise Refusal(f"{protocol}: field 'format' of {_at(depth)} is NULL")
         if s.dictionary != NULL:
-            raise BufferError(f"{protocol}: {_at(depth)} is dictionary-encoded (indices "
-                              f"{_c_text(f)!r}), which DLPack cannot carry; use its indices "
-                              "(arr.indices; Polars: series.to_physical()) or decode it "
-                              "(arr.dictionary_decode())")
+            raise Refusal(f"{protocol}: {_at(depth)} is dictionary-encoded (indices "
+                          f"{_c_text(f)!r}), which DLPack cannot carry; use its indices "
+                          "(arr.indices; Polars: series.to_physical()) or decode it "
+                          "(arr.dictionary_decode())")
         meta = _arrow_extension(s.metadata, protocol, depth, &ext)
         n = _arrow_list_size(f)
         if ext == EXT_TENSOR:
             if depth != 0:
-                raise BufferError(f"{protocol}: {_at(depth)} is an arrow.fixed_shape_tensor "
-                                  "inside a list; only a column of tensors is read")
+                raise Refusal(f"{protocol}: {_at(depth)} is an arrow.fixed_shape_tensor "
+                              "inside a list; only a column of tensors is read")
             if n < 0:
-                raise BufferError(f"{protocol}: an arrow.fixed_shape_tensor stored as "
-                                  f"{_c_text(f)!r}, not as a fixed-size list ('+w:n')")
+                raise Refusal(f"{protocol}: an arrow.fixed_shape_tensor stored as "
+                              f"{_c_text(f)!r}, not as a fixed-size list ('+w:n')")
             t.tensor = True
             tensor = meta
         elif ext == EXT_BOOL8 and not (f[0] == b'c' and f[1] == 0):
-            raise BufferError(f"{protocol}: an arrow.bool8 stored as {_c_text(f)!r}, not as "
-                              "int8 ('c')")
+            raise Refusal(f"{protocol}: an arrow.bool8 stored as {_c_text(f)!r}, not as "
+                          "int8 ('c')")
         if n >= 0:
             if t.tensor and depth > 0:
-                raise BufferError(f"{protocol}: an arrow.fixed_shape_tensor of nested lists; "
-                                  "its values must be a primitive type")
+                raise Refusal(f"{protocol}: an arrow.fixed_shape_tensor of nested lists; "
+                              "its values must be a primitive type")
             if s.n_children != 1 or s.children == NULL or s.children[0] == NULL:
-                raise BufferError(f"{protocol}: the fixed-size list at {_at(depth)} has "
-                                  f"n_children = {s.n_children} (children "
-                                  f"{'NULL' if s.children == NULL else 'set'}); it needs one "
-                                  "child")
+                raise Refusal(f"{protocol}: the fixed-size list at {_at(depth)} has "
+                              f"n_children = {s.n_children} (children "
+                              f"{'NULL' if s.children == NULL else 'set'}); it needs one "
+                              "child")
             if t.nlists >= MAX_NDIM - 1:
-                raise BufferError(f"{protocol}: fixed-size lists nested more than "
-                                  f"{MAX_NDIM - 1} deep")
+                raise Refusal(f"{protocol}: fixed-size lists nested more than "
+                              f"{MAX_NDIM - 1} deep")
             sizes[t.nlists] = n
             t.nlists += 1
             s = s.children[0]
             depth += 1
             continue
         if n == -2:
-            raise BufferError(f"{protocol}: field 'format' = {_c_text(f)!r} of {_at(depth)} "
-                              "has a list size that is not an int32")
+            raise Refusal(f"{protocol}: field 'format' = {_c_text(f)!r} of {_at(depth)} "
+                          "has a list size that is not an int32")
         if not _arrow_primitive(f, &t.dtype):
-            raise BufferError(_arrow_type_refusal(protocol, f, depth))
+            raise Refusal(_arrow_type_refusal(protocol, f, depth))
         if ext == EXT_BOOL8:
             t.dtype.code = kDLBool
         return tensor
@@ -306,30 +299,30 @@ cdef int _arrow_node(ArrowArray *a, int64_t n_buffers, int64_t n_children, str p
     """Check one (copied) ArrowArray against the layout its type implies."""
     cdef int64_t end
     if a.release == NULL:
-        raise BufferError(f"{protocol}: {_at(depth)} is released (release is NULL)")
+        raise Refusal(f"{protocol}: {_at(depth)} is released (release is NULL)")
     if a.length < 0:
-        raise BufferError(f"{protocol}: field 'length' = {a.length} of {_at(depth)} is negative")
+        raise Refusal(f"{protocol}: field 'length' = {a.length} of {_at(depth)} is negative")
     if a.offset < 0:
-        raise BufferError(f"{protocol}: field 'offset' = {a.offset} of {_at(depth)} is negative")
+        raise Refusal(f"{protocol}: field 'offset' = {a.offset} of {_at(depth)} is negative")
     if _add_ovf(a.offset, a.length, &end):
-        raise BufferError(f"{protocol}: fields 'offset' = {a.offset} and 'length' = {a.length} "
-                          f"of {_at(depth)} overflow 64 bits")
+        raise Refusal(f"{protocol}: fields 'offset' = {a.offset} and 'length' = {a.length} "
+                      f"of {_at(depth)} overflow 64 bits")
     if a.null_count < -1:
-        raise BufferError(f"{protocol}: field 'null_count' = {a.null_count} of {_at(depth)} is "
-                          "negative (only -1, 'not computed', is allowed)")
+        raise Refusal(f"{protocol}: field 'null_count' = {a.null_count} of {_at(depth)} is "
+                      "negative (only -1, 'not computed', is allowed)")
     if a.n_buffers != n_buffers:
-        raise BufferError(f"{protocol}: field 'n_buffers' = {a.n_buffers} of {_at(depth)}; its "
-                          f"type has {n_buffers}")
+        raise Refusal(f"{protocol}: field 'n_buffers' = {a.n_buffers} of {_at(depth)}; its "
+                      f"type has {n_buffers}")
     if a.buffers == NULL:
-        raise BufferError(f"{protocol}: field 'buffers' of {_at(depth)} is NULL")
+        raise Refusal(f"{protocol}: field 'buffers' of {_at(depth)} is NULL")
     if a.n_children != n_children:
-        raise BufferError(f"{protocol}: field 'n_children' = {a.n_children} of {_at(depth)}; "
-                          f"its type has {n_children}")
+        raise Refusal(f"{protocol}: field 'n_children' = {a.n_children} of {_at(depth)}; "
+                      f"its type has {n_children}")
     if n_children and (a.children == NULL or a.children[0] == NULL):
-        raise BufferError(f"{protocol}: field 'children' of {_at(depth)} is NULL or holds NULL")
+        raise Refusal(f"{protocol}: field 'children' of {_at(depth)} is NULL or holds NULL")
     if a.dictionary != NULL:
-        raise BufferError(f"{protocol}: field 'dictionary' of {_at(depth)} is set, but its "
-                          "schema is not dictionary-encoded")
+        raise Refusal(f"{protocol}: field 'dictionary' of {_at(depth)} is set, but its "
+                      "schema is not dictionary-encoded")
     return 0
 
 
@@ -353,14 +346,14 @@ cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
     if s.bits == NULL:
         if nulls == -1:
             return 0
-        raise BufferError(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
-                          "validity bitmap (buffers[0]) is NULL")
+        raise Refusal(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
+                      "validity bitmap (buffers[0]) is NULL")
     if not (s.whole and nulls > 0):
         nulls = _zero_bits(s.bits, s.start, s.count)
         if nulls == 0:
             return 0
-    raise BufferError(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {s.count} "
-                      f"values; {_FILL_NULL}")
+    raise Refusal(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {s.count} "
+                  f"values; {_FILL_NULL}")
 
 
 cdef inline void _note_scan(_NullScan *s, const ArrowArray *a, int64_t start, int64_t count,
@@ -409,30 +402,30 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
         node = child[0]                 # copied once, before any of it is read
         depth += 1
         if node.release == NULL:
-            raise BufferError(f"{protocol}: {_at(depth)} is released (release is NULL)")
+            raise Refusal(f"{protocol}: {_at(depth)} is released (release is NULL)")
         if (_mul_ovf(start, n, &lstart) or _mul_ovf(count, n, &lcount)
                 or _add_ovf(lstart, lcount, &end) or end > node.length):
-            raise BufferError(f"{protocol}: {_at(depth)} has length {node.length}, fewer than "
-                              f"the values its parent's offset and length need ({start} + "
-                              f"{count} rows of {n})")
+            raise Refusal(f"{protocol}: {_at(depth)} has length {node.length}, fewer than "
+                          f"the values its parent's offset and length need ({start} + "
+                          f"{count} rows of {n})")
         if _add_ovf(node.offset, lstart, &start):
-            raise BufferError(f"{protocol}: field 'offset' = {node.offset} of {_at(depth)} "
-                              "overflows 64 bits")
+            raise Refusal(f"{protocol}: field 'offset' = {node.offset} of {_at(depth)} "
+                          "overflows 64 bits")
         count = lcount
         whole = lstart == 0 and lcount == node.length
     _arrow_node(&node, 2, 0, protocol, depth)
     _note_scan(&scans[depth], &node, start, count, whole)
     data = <uintptr_t>node.buffers[1]
     if _mul_ovf(start, isz, &offset) or _mul_ovf(node.offset + node.length, isz, &bound):
-        raise BufferError(f"{protocol}: the values of {_at(depth)} (offset {node.offset}, "
-                          f"length {node.length}) span more bytes than 64 bits can count")
+        raise Refusal(f"{protocol}: the values of {_at(depth)} (offset {node.offset}, "
+                      f"length {node.length}) span more bytes than 64 bits can count")
     if count and data == 0:
-        raise BufferError(f"{protocol}: buffers[1] (the values) of {_at(depth)} is NULL for "
-                          f"{count} values")
+        raise Refusal(f"{protocol}: buffers[1] (the values) of {_at(depth)} is NULL for "
+                      f"{count} values")
     if data % isz:
-        raise BufferError(f"{protocol}: buffers[1] (the values) of {_at(depth)} at {data:#x} "
-                          f"is not aligned to its {isz}-byte type; DLPack consumers need "
-                          "aligned data")
+        raise Refusal(f"{protocol}: buffers[1] (the values) of {_at(depth)} at {data:#x} "
+                      f"is not aligned to its {isz}-byte type; DLPack consumers need "
+                      "aligned data")
     for level in range(depth + 1):
         _arrow_nulls(&scans[level], protocol, level)
     self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
@@ -441,14 +434,14 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
     if tensor is not None:
         _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
         try:
-            self._finish(protocol, STRIDES_ELEMENTS, offset, bound)
+            self._validate(protocol, STRIDES_ELEMENTS, offset, bound)
         except BufferError as e:
-            raise BufferError(f"{e}: the arrow.fixed_shape_tensor's permutation, applied as "
-                              "PyArrow applies it (which refuses this one too), overruns "
-                              "its rows") from None
+            raise Refusal(f"{e}: the arrow.fixed_shape_tensor's permutation, applied as "
+                          "PyArrow applies it (which refuses this one too), overruns "
+                          "its rows") from None
     else:
         _arrow_dims(self, length, t, sizes, protocol)
-        self._finish(protocol, STRIDES_C, offset, bound)
+        self._validate(protocol, STRIDES_C, offset, bound)
     return 0
 
 
@@ -472,30 +465,30 @@ cdef tuple _arrow_tensor_meta(object meta, int64_t list_size, str protocol):
     try:
         d = json.loads(meta)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise BufferError(f"{where} {meta[:100]!r} is not JSON") from None
+        raise Refusal(f"{where} {meta[:100]!r} is not JSON") from None
     if type(d) is not dict:
-        raise BufferError(f"{where} is a JSON {type(d).__name__}, not an object")
+        raise Refusal(f"{where} is a JSON {type(d).__name__}, not an object")
     shape = d.get("shape")
     if type(shape) is not list or len(shape) >= MAX_NDIM or not all(
             type(x) is int and 0 <= x <= INT64_MAX for x in shape):
-        raise BufferError(f"{where}: 'shape' = {str(shape)[:100]} is not a list of "
-                          f"non-negative int64 (fewer than {MAX_NDIM})")
+        raise Refusal(f"{where}: 'shape' = {str(shape)[:100]} is not a list of "
+                      f"non-negative int64 (fewer than {MAX_NDIM})")
     k = len(shape)
     perm = d.get("permutation")
     if perm is not None and (type(perm) is not list or len(perm) != k or sorted(
             [p if type(p) is int else -1 for p in perm]) != list(range(k))):
-        raise BufferError(f"{where}: 'permutation' = {str(perm)[:100]} is not a permutation "
-                          f"of 0 … {k - 1}")
+        raise Refusal(f"{where}: 'permutation' = {str(perm)[:100]} is not a permutation "
+                      f"of 0 … {k - 1}")
     names = d.get("dim_names")
     if names is not None and (type(names) is not list or len(names) != k
                               or not all(type(x) is str for x in names)):
-        raise BufferError(f"{where}: 'dim_names' = {str(names)[:100]} is not {k} strings")
+        raise Refusal(f"{where}: 'dim_names' = {str(names)[:100]} is not {k} strings")
     cells = 1
     for x in shape:
         cells *= x
     if cells != list_size:
-        raise BufferError(f"{where}: 'shape' = {shape} has {cells} elements, but the storage "
-                          f"is a fixed-size list of {list_size}")
+        raise Refusal(f"{where}: 'shape' = {shape} has {cells} elements, but the storage "
+                      f"is a fixed-size list of {list_size}")
     return shape, perm
 
 
@@ -537,22 +530,22 @@ cdef int _arrow_device(DLPackObject self, ArrowDeviceArray *d, str protocol) exc
     cdef int64_t did = d.device_id
     if kind == ARROW_DEVICE_CPU:
         if did != -1 and did != 0:
-            raise BufferError(f"{protocol}: field 'device_id' = {did} for ARROW_DEVICE_CPU "
-                              "(-1 or 0 expected)")
+            raise Refusal(f"{protocol}: field 'device_id' = {did} for ARROW_DEVICE_CPU "
+                          "(-1 or 0 expected)")
         self.dl.device.device_type = kDLCPU
         self.dl.device.device_id = 0
         return 0
     if kind != ARROW_DEVICE_CUDA and kind != ARROW_DEVICE_CUDA_HOST and (
             kind != ARROW_DEVICE_CUDA_MANAGED):
         name = _ARROW_DEVICE_NAMES.get(kind, f"device type {kind}")
-        raise BufferError(f"{protocol}: field 'device_type' = {kind} ({name}): pydlpack "
-                          "exchanges CPU and CUDA Arrow data only; copy it to the host or a "
-                          "CUDA device first")
+        raise Refusal(f"{protocol}: field 'device_type' = {kind} ({name}): pydlpack "
+                      "exchanges CPU and CUDA Arrow data only; copy it to the host or a "
+                      "CUDA device first")
     if kind == ARROW_DEVICE_CUDA_HOST and did == -1:
         did = 0                         # pinned host memory belongs to no device
     if did < 0 or did >= MAX_CUDA_DEVICES:
-        raise BufferError(f"{protocol}: field 'device_id' = {did} is not a CUDA device "
-                          f"ordinal (0 to {MAX_CUDA_DEVICES - 1})")
+        raise Refusal(f"{protocol}: field 'device_id' = {did} is not a CUDA device "
+                      f"ordinal (0 to {MAX_CUDA_DEVICES - 1})")
     self.dl.device.device_type = kind   # ARROW_DEVICE_CUDA* equal kDLCUDA* by design
     self.dl.device.device_id = <int32_t>did
     if d.sync_event != NULL:
@@ -565,13 +558,13 @@ cdef void *_arrow_capsule(object capsule, const char *name, str protocol,
     """The struct in a producer's capsule, which must have its PyCapsule interface name."""
     cdef const char *got
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(f"{protocol}: the {what} is a {type(capsule).__name__} object, not a "
-                          "PyCapsule")
+        raise Refusal(f"{protocol}: the {what} is a {type(capsule).__name__} object, not a "
+                      "PyCapsule")
     if not PyCapsule_IsValid(capsule, name):
         got = PyCapsule_GetName(capsule)
         shown = "NULL" if got == NULL else repr(_c_text(got))
-        raise BufferError(f"{protocol}: the {what} capsule is named {shown}, not "
-                          f"{(<bytes>name).decode()!r}")
+        raise Refusal(f"{protocol}: the {what} capsule is named {shown}, not "
+                      f"{(<bytes>name).decode()!r}")
     return PyCapsule_GetPointer(capsule, name)
 
 
@@ -579,7 +572,7 @@ cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, st
     """Move a producer's schema out, read it, and release it at once."""
     cdef ArrowSchema local
     if s.release == NULL:
-        raise BufferError(f"{protocol}: the ArrowSchema is released (release is NULL)")
+        raise Refusal(f"{protocol}: the ArrowSchema is released (release is NULL)")
     local = s[0]
     s.release = NULL
     try:
@@ -594,34 +587,34 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
     cdef void *a
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef _ArrowImport held
     if type(pair) is not tuple or len(<tuple>pair) != 2:
-        raise BufferError(f"{protocol} returned a {type(pair).__name__}, not a (schema, array) "
-                          "pair of capsules")
+        raise Refusal(f"{protocol} returned a {type(pair).__name__}, not a (schema, array) "
+                      "pair of capsules")
     s = <ArrowSchema *>_arrow_capsule((<tuple>pair)[0], b"arrow_schema", protocol, "schema")
     a = _arrow_capsule((<tuple>pair)[1], b"arrow_device_array" if device else b"arrow_array",
                        protocol, "array")
-    self = _new_object()
-    self._base = obj
+    r = _new_object()
+    r._base = obj
     held = _ArrowImport.__new__(_ArrowImport)
-    self._keep = held
+    r._keep = held
     if device:
         if (<ArrowDeviceArray *>a).array.release == NULL:
-            raise BufferError(f"{protocol}: the ArrowDeviceArray is released (release is NULL)")
+            raise Refusal(f"{protocol}: the ArrowDeviceArray is released (release is NULL)")
         held.device = (<ArrowDeviceArray *>a)[0]
         (<ArrowDeviceArray *>a).array.release = NULL
     else:
         if (<ArrowArray *>a).release == NULL:
-            raise BufferError(f"{protocol}: the ArrowArray is released (release is NULL)")
+            raise Refusal(f"{protocol}: the ArrowArray is released (release is NULL)")
         held.device.array = (<ArrowArray *>a)[0]
         (<ArrowArray *>a).release = NULL
         held.device.device_type = ARROW_DEVICE_CPU
         held.device.device_id = -1
     tensor = _arrow_schema_from(s, &t, sizes, protocol)
-    _arrow_device(self, &held.device, protocol)
-    _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
-    return self
+    _arrow_device(r, &held.device, protocol)
+    _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+    return r
 
 
 cdef str _arrow_stream_error(ArrowArrayStream *st, int rc, str protocol, str call):
@@ -641,30 +634,30 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
     cdef int rc
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef _ArrowImport held
     cdef ArrowArrayStream *ours
     if st.release == NULL:
-        raise BufferError(f"{protocol}: the ArrowArrayStream is released (release is NULL)")
-    self = _new_object()
-    self._base = obj
+        raise Refusal(f"{protocol}: the ArrowArrayStream is released (release is NULL)")
+    r = _new_object()
+    r._base = obj
     held = _ArrowImport.__new__(_ArrowImport)
-    self._keep = held
+    r._keep = held
     held.stream = st[0]
     st.release = NULL
     ours = &held.stream
     if ours.get_schema == NULL or ours.get_next == NULL:
-        raise BufferError(f"{protocol}: the stream's get_schema or get_next is NULL")
+        raise Refusal(f"{protocol}: the stream's get_schema or get_next is NULL")
     memset(&schema, 0, sizeof(schema))
     rc = ours.get_schema(ours, &schema)
     if rc != 0:
-        raise BufferError(_arrow_stream_error(ours, rc, protocol, "get_schema"))
+        raise Refusal(_arrow_stream_error(ours, rc, protocol, "get_schema"))
     tensor = _arrow_schema_from(&schema, &t, sizes, protocol)
     while True:
         memset(&chunk, 0, sizeof(chunk))
         rc = ours.get_next(ours, &chunk)
         if rc != 0:
-            raise BufferError(_arrow_stream_error(ours, rc, protocol, "get_next"))
+            raise Refusal(_arrow_stream_error(ours, rc, protocol, "get_next"))
         if chunk.release == NULL:
             break
         if chunk.length == 0:
@@ -676,29 +669,25 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
             second = chunk.length
             chunk.release(&chunk)
             if second < 0:
-                raise BufferError(f"{protocol}: a chunk has field 'length' = {second}")
-            raise BufferError(f"{protocol}: the stream has more than one non-empty chunk (the "
-                              f"first two have {first} and {second} rows); a tensor views one "
-                              "buffer: combine them first (chunked.combine_chunks(), "
-                              "table.combine_chunks(); Polars: series.rechunk())")
+                raise Refusal(f"{protocol}: a chunk has field 'length' = {second}")
+            raise Refusal(f"{protocol}: the stream has more than one non-empty chunk (the "
+                          f"first two have {first} and {second} rows); a tensor views one "
+                          "buffer: combine them first (chunked.combine_chunks(), "
+                          "table.combine_chunks(); Polars: series.rechunk())")
         held.device.array = chunk
-    self.dl.device.device_type = kDLCPU
+    r.dl.device.device_type = kDLCPU
     if held.device.array.release != NULL:
-        _arrow_read_array(self, &held.device.array, &t, sizes, tensor, protocol)
-        return self
-    self.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
-    self._flags = FLAG_READ_ONLY
+        _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+        return r
+    r.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
+    r._flags = FLAG_READ_ONLY
     if tensor is not None:
-        _arrow_tensor_dims(self, tensor, 0, sizes[0], protocol)
-        self._finish(protocol, STRIDES_ELEMENTS, 0, -1)
+        _arrow_tensor_dims(r, tensor, 0, sizes[0], protocol)
+        r._validate(protocol, STRIDES_ELEMENTS, 0, -1)
     else:
-        _arrow_dims(self, 0, &t, sizes, protocol)
-        self._finish(protocol, STRIDES_C, 0, -1)
-    return self
-
-
-cdef extern from "Python.h":
-    PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
+        _arrow_dims(r, 0, &t, sizes, protocol)
+        r._validate(protocol, STRIDES_C, 0, -1)
+    return r
 
 
 cdef inline bint _type_has(type t, str name) noexcept:

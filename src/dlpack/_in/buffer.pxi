@@ -1,16 +1,6 @@
 # Provider: the Python buffer protocol (PEP 3118).
 
 
-cdef inline bint _native_order(char order) noexcept nogil:
-    cdef int one = 1
-    cdef bint little = (<char *>&one)[0] == 1
-    if order == b'>' or order == b'!':
-        return not little
-    if order == b'<':
-        return little
-    return True
-
-
 cdef inline Py_ssize_t _code_width(char c, bint cplx, bint native) noexcept nogil:
     """Bytes of one item of a format code, in native (@) or standard (= < > !) size (struct)."""
     if cplx:
@@ -63,21 +53,22 @@ cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) ex
             code = kDLBool
         elif c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q' or c == b'n':
             code = kDLInt
-        elif c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N' or c == b'c':
+        elif (c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N'
+              or c == b'c'):
             code = kDLUInt
         elif c == b'e' or c == b'f' or c == b'd':
             code = kDLFloat
     if code < 0:
-        raise BufferError(_format_refusal(fmt))
+        raise Refusal(_format_refusal(fmt))
     if not _width_fits(c, cplx, itemsize):
-        raise BufferError(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
-                          f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
-                          f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
-                          "(a ctypes union or packed structure), which DLPack cannot carry; "
-                          "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
+        raise Refusal(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
+                      f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
+                      f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
+                      "(a ctypes union or packed structure), which DLPack cannot carry; "
+                      "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
     if itemsize > 1 and not _native_order(order):
-        raise BufferError(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
-                          "non-native byte order; byte-swap the data first")
+        raise Refusal(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
+                      "non-native byte order; byte-swap the data first")
     out.code = code
     out.bits = <uint8_t>(itemsize * 8)
     out.lanes = 1
@@ -105,61 +96,55 @@ cdef str _format_refusal(const char *fmt):
             "e f d Zf Zd c, optionally after @ = < > !")
 
 
-cdef extern from "Python.h":
-    char *PyBytes_AS_STRING(object)
-    Py_ssize_t PyBytes_GET_SIZE(object)
-
-
 cdef DLPackObject _from_bytes(object obj):
     """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
-    cdef DLPackObject self = _new_object()
-    self.dl.ndim = 1
-    self.dl.strides = self.dl.shape + 1
-    self.dl.shape[0] = PyBytes_GET_SIZE(obj)
-    self.dl.strides[0] = 1
-    self.dl.data = PyBytes_AS_STRING(obj)
-    self.dl.dtype.code = kDLUInt
-    self.dl.dtype.bits = 8
-    self.dl.dtype.lanes = 1
-    self.dl.device.device_type = kDLCPU
-    self._flags = FLAG_READ_ONLY
-    self._count = self._nbytes = self.dl.shape[0]
-    self._isz = 1
-    self._c_contig = self._f_contig = True
-    self._base = obj
-    return self
+    cdef DLPackObject r = _new_object()
+    r.dl.ndim = 1
+    r.dl.strides = r.dl.shape + 1
+    r.dl.shape[0] = PyBytes_GET_SIZE(obj)
+    r.dl.strides[0] = 1
+    r.dl.data = PyBytes_AS_STRING(obj)
+    r.dl.dtype.code = kDLUInt
+    r.dl.dtype.bits = 8
+    r.dl.dtype.lanes = 1
+    r.dl.device.device_type = kDLCPU
+    r._flags = FLAG_READ_ONLY
+    r._count = r._nbytes = r.dl.shape[0]
+    r._itemsize = 1
+    r._c_contig = r._f_contig = True
+    r._base = obj
+    return r
 
 
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
-    cdef DLPackObject self = _new_object()
-    cdef Py_buffer *v = &self._view
+    cdef DLPackObject r = _new_object()
+    cdef Py_buffer *v = &r._view
     cdef int i
     try:
         PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
     except (BufferError, TypeError, ValueError) as e:
-        raise BufferError(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
-                          f"strides and format: {type(e).__name__}: {e}") from e
-    self._has_view = True
+        raise Refusal(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
+                      f"strides and format: {type(e).__name__}: {e}") from e
+    r._has_view = True
     try:
-        _read_buffer(self, obj)
+        _read_buffer(r, obj)
     except BaseException:
-        self._release_view()      # at once: the exporter may be in a cycle GC clears later
+        r._release_view()      # at once: the exporter may be in a cycle GC clears later
         raise
-    return self
+    return r
 
 
 cdef int _read_buffer(DLPackObject self, object obj) except -1:
     cdef Py_buffer *v = &self._view
     cdef int i
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
-    if v.ndim > 0 and v.shape == NULL:
-        raise BufferError(f"buffer protocol: field 'shape' is NULL for ndim = {v.ndim}")
+    _check_dims("buffer protocol", "ndim", v.ndim, v.shape != NULL)
     if v.suboffsets != NULL:
         for i in range(v.ndim):
             if v.suboffsets[i] >= 0:
-                raise BufferError("buffer protocol: field 'suboffsets' is set; indirect "
-                                  "(PIL-style) buffers cannot be described by DLPack")
+                raise Refusal("buffer protocol: field 'suboffsets' is set; indirect "
+                              "(PIL-style) buffers cannot be described by DLPack")
     self._alloc_dims(v.ndim, "buffer protocol")
     for i in range(v.ndim):
         self.dl.shape[i] = v.shape[i]
@@ -170,8 +155,8 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     self.dl.device.device_id = 0
     self._flags = FLAG_READ_ONLY if v.readonly else 0
     self._base = obj
-    self._finish("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
+    self._validate("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
     if v.len != self._nbytes:
-        raise BufferError(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
-                          f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
+        raise Refusal(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
+                      f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
     return 0

@@ -8,7 +8,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
     cdef const char *name
     cdef void *m
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(_not_a_capsule(capsule))
+        raise Refusal(_not_a_capsule(capsule))
     name = PyCapsule_GetName(capsule)
     if name != NULL and PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         m = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
@@ -18,7 +18,7 @@ cdef DLPackObject _from_capsule(object capsule, object base):
         m = PyCapsule_GetPointer(capsule, b"dltensor")
         PyCapsule_SetName(capsule, b"used_dltensor")
         return _adopt(m, False, base, "DLPack capsule")
-    raise BufferError(_capsule_name_refusal(name))
+    raise Refusal(_capsule_name_refusal(name))
 
 
 cdef str _not_a_capsule(object value):
@@ -62,7 +62,6 @@ cdef extern from *:
     }
     """
     object _descr_get "dlpk_descr_get"(object, object)
-    object PyObject_Vectorcall(object, PyObject **, size_t, PyObject *)
 
 
 # A producer's entry point as it is: -1 may come without an error set (_api_failed says so).
@@ -136,30 +135,30 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
     refused, for __dlpack__ to be asked. A failed call's Python error propagates.
     """
     cdef DLManagedTensorVersioned *m = NULL
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef int32_t device_type
     cdef _FromPyObject call = <_FromPyObject>api.managed_tensor_from_py_object_no_sync
     if call(<void *>obj, &m) != 0:
         _api_failed()
-    self = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
-    device_type = self.dl.device.device_type
+    r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
+    device_type = r.dl.device.device_type
     if device_type == kDLCPU:
-        return self
+        return r
     if device_type == kDLCUDA and api.current_work_stream != NULL:
-        self._stream = 0
-        self._work_api = api
-        self._keep = keep                   # the API struct lives as long as its capsule
-        return self
-    raise BufferError(f"__dlpack_c_exchange_api__: data on {_device_name(self.dl.device)} "
-                      "cannot be ordered through this API; __dlpack__ is asked instead")
+        r._stream = 0
+        r._work_api = api
+        r._keep = keep                   # the API struct lives as long as its capsule
+        return r
+    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.dl.device)} "
+                  "cannot be ordered through this API; __dlpack__ is asked instead")
 
 
 cdef int _api_failed() except -1:
     """Raise the error a failed exchange-API call set (-1 passes it on), or say it set none."""
     if PyErr_Occurred():
         return -1
-    raise BufferError("__dlpack_c_exchange_api__: managed_tensor_from_py_object_no_sync failed "
-                      "without setting an error")
+    raise Refusal("__dlpack_c_exchange_api__: managed_tensor_from_py_object_no_sync failed "
+                  "without setting an error")
 
 
 cdef DLPackObject _from_exchange_api(object obj, object cap, list refusals):
@@ -167,7 +166,7 @@ cdef DLPackObject _from_exchange_api(object obj, object cap, list refusals):
     the tensor, or None with the reason in refusals, for __dlpack__ to be asked next."""
     cdef DLPackExchangeAPI *api = _usable_api(cap)
     if api == NULL:
-        refusals.append(("__dlpack_c_exchange_api__", BufferError(
+        refusals.append(("__dlpack_c_exchange_api__", Refusal(
             f"__dlpack_c_exchange_api__: not used: {_unusable(cap)}")))
         return None
     return _via_api(api, obj, cap)          # a failed call raises: the caller records it
@@ -211,24 +210,24 @@ cdef DLPackObject _from_torch(object t):
     torch's __dlpack__ refuses requires_grad tensors and CUDA tensors off the current device,
     and conjugate-bit ones by asking an instance attribute; it exports a negative-bit view
     without negating it. Neg and conj bits are refused here, on every path; its C API refuses
-    none of these, so they are asked here first (docs/spec.md §3.1). CUDA data is ordered at each export after the stream torch's
-    current_work_stream names then, as torch's __dlpack__ would be.
+    none of these, so they are asked here first (docs/spec.md §3.1). CUDA data is ordered at
+    each export after the stream torch's current_work_stream names then, as torch's __dlpack__
+    would be.
     """
-    cdef DLPackObject self
+    cdef DLPackObject r
     if _torch_says(_torch_is_neg, t):
-        raise BufferError("__dlpack__: the torch tensor has its negative bit set, and torch "
-                          "exports it without negating the values; call t.resolve_neg() first")
+        raise Refusal("__dlpack__: the torch tensor has its negative bit set, and torch "
+                      "exports it without negating the values; call t.resolve_neg() first")
     if _torch_api == NULL or type(t) is not _torch_tensor or _descr_get(_torch_requires_grad, t):
         return None
     try:
-        self = _via_api(_torch_api, t, None)
+        r = _via_api(_torch_api, t, None)
     except Exception:
         return None                         # torch's own __dlpack__ gives its message
-    if (self.dl.device.device_type == kDLCUDA
-                        and not _torch_current(self.dl.device.device_id)):
+    if r.dl.device.device_type == kDLCUDA and not _torch_current(r.dl.device.device_id):
         return None
-    _torch_conj_check(self, t)
-    return self
+    _torch_conj_check(r, t)
+    return r
 
 
 cdef int _torch_conj_check(DLPackObject self, object t) except -1:
@@ -236,9 +235,9 @@ cdef int _torch_conj_check(DLPackObject self, object t) except -1:
     torch's own __dlpack__ asks an instance attribute, which can be made to lie. The bit
     exists for complex tensors only (conj() of a real one is itself)."""
     if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
-        raise BufferError("__dlpack__: the torch tensor has its conjugate bit set, and its "
-                          "export would give the unconjugated values; call t.resolve_conj() "
-                          "first")
+        raise Refusal("__dlpack__: the torch tensor has its conjugate bit set, and its "
+                      "export would give the unconjugated values; call t.resolve_conj() "
+                      "first")
     return 0
 
 
@@ -253,18 +252,18 @@ cdef bint _torch_current(int32_t device_id) noexcept:
 
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
-    cdef DLPackObject self
+    cdef DLPackObject r
     cdef bint torch = _is_torch_tensor(obj)
     if torch:
-        self = _from_torch(obj)
-        if self is not None:
-            return self
-    self = _from_capsule(_call_dlpack(obj, None), obj)
+        r = _from_torch(obj)
+        if r is not None:
+            return r
+    r = _from_capsule(_call_dlpack(obj, None), obj)
     if torch:
-        _torch_conj_check(self, obj)
-    if _cuda_kind(self.dl.device.device_type) or self.dl.device.device_type == kDLROCM:
-        self._resync = obj
-    return self
+        _torch_conj_check(r, obj)
+    if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
+        r._resync = obj
+    return r
 
 
 cdef DLPackObject _from_ctypes_pointer(object p):
@@ -281,7 +280,7 @@ cdef DLPackObject _from_ctypes_pointer(object p):
                         "to dlpack.ctypes.DLManagedTensor or DLManagedTensorVersioned")
     cdef uintptr_t address = _ctypes.cast(p, _ctypes.c_void_p).value or 0
     if address == 0:
-        raise BufferError("ctypes pointer: it is NULL (or its tensor was taken already)")
+        raise Refusal("ctypes pointer: it is NULL (or its tensor was taken already)")
     _ctypes.c_void_p.from_address(_ctypes.addressof(p)).value = None
     return _adopt(<void *>address, versioned, p, "ctypes pointer")
 
@@ -299,11 +298,7 @@ cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint
     cdef int i
     if version != NULL:
         v = version[0]
-    if t.ndim < 0 or t.ndim > MAX_NDIM:
-        raise BufferError(f"{protocol}: field 'ndim' = {t.ndim} is out of range "
-                          f"(0 to {MAX_NDIM})")
-    if t.ndim > 0 and t.shape == NULL:
-        raise BufferError(f"{protocol}: field 'shape' is NULL for ndim = {t.ndim}")
+    _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
     if t.ndim > 0:
         dims = <int64_t *>malloc(2 * t.ndim * sizeof(int64_t))
         if dims == NULL:
@@ -321,8 +316,8 @@ cdef object _tensor_dict(const DLTensor *src, const DLPackVersion *version, uint
             "dtype": (_types.DLDataTypeCode(t.dtype.code) if t.dtype.code <= 17
                       else t.dtype.code, t.dtype.bits, t.dtype.lanes),
             "shape": tuple([dims[i] for i in range(t.ndim)]),
-            "strides": None if t.strides == NULL
-                       else tuple([dims[t.ndim + i] for i in range(t.ndim)]),
+            "strides": (None if t.strides == NULL
+                        else tuple([dims[t.ndim + i] for i in range(t.ndim)])),
             "byte_offset": t.byte_offset,
         })
     finally:
@@ -333,7 +328,7 @@ cdef object _capsule_dict(object capsule):
     """todict of a capsule: its struct read (not consumed) through one snapshot."""
     cdef DLManagedTensorVersioned mv
     if not PyCapsule_CheckExact(capsule):
-        raise BufferError(_not_a_capsule(capsule))
+        raise Refusal(_not_a_capsule(capsule))
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         mv = (<DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned"))[0]
         if mv.version.major > DLPACK_MAJOR:
@@ -343,4 +338,4 @@ cdef object _capsule_dict(object capsule):
     if PyCapsule_IsValid(capsule, b"dltensor"):
         return _tensor_dict(&(<DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor"))
                             .dl_tensor, NULL, 0, "DLPack capsule")
-    raise BufferError(_capsule_name_refusal(PyCapsule_GetName(capsule)))
+    raise Refusal(_capsule_name_refusal(PyCapsule_GetName(capsule)))

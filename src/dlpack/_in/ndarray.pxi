@@ -28,8 +28,6 @@ cdef extern from *:
         int type_num
 
 cdef enum:
-    NPY_ALIGNED = 0x100
-    NPY_WRITEABLE = 0x400
     NPY_TYPES = 24
 
 cdef DLDataType _npy_types[NPY_TYPES]     # by NumPy type number; bits 0 = not handled here
@@ -42,8 +40,7 @@ cdef void _npy_type(int num, uint8_t code, uint8_t bits) noexcept:
     _npy_types[num].lanes = 1
 
 
-for _i in range(NPY_TYPES):
-    _npy_type(_i, 0, 0)
+memset(_npy_types, 0, sizeof(_npy_types))          # bits 0: not handled here
 _npy_type(0, kDLBool, 8)
 _npy_type(1, kDLInt, 8)
 _npy_type(2, kDLUInt, 8)
@@ -69,7 +66,7 @@ cdef DLPackObject _from_ndarray(object obj):
     array, and the struct is then read with no Python code in between.
     """
     cdef dlpk_ndarray *a = <dlpk_ndarray *><PyObject *>obj
-    cdef DLPackObject self = _new_object()
+    cdef DLPackObject r = _new_object()
     cdef dlpk_descr *d = <dlpk_descr *>a.descr
     cdef int i, num = d.type_num
     cdef Py_ssize_t itemsize
@@ -81,17 +78,17 @@ cdef DLPackObject _from_ndarray(object obj):
     for i in range(a.nd):
         if a.strides[i] % itemsize:
             return None
-    self.dl.dtype = _npy_types[num]
-    self._alloc_dims(a.nd, "numpy.ndarray")
+    r.dl.dtype = _npy_types[num]
+    r._alloc_dims(a.nd, "numpy.ndarray")
     for i in range(a.nd):
-        self.dl.shape[i] = a.dimensions[i]
-        self.dl.strides[i] = a.strides[i]
-    self.dl.data = a.data
-    self.dl.device.device_type = kDLCPU
-    self._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
-    self._base = obj
-    self._finish("numpy.ndarray", STRIDES_BYTES, 0, -1)
-    return self
+        r.dl.shape[i] = a.dimensions[i]
+        r.dl.strides[i] = a.strides[i]
+    r.dl.data = a.data
+    r.dl.device.device_type = kDLCPU
+    r._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
+    r._base = obj
+    r._validate("numpy.ndarray", STRIDES_BYTES, 0, -1)
+    return r
 
 
 cdef int _check_ndarray_layout(object obj) except -1:

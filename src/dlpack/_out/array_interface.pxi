@@ -2,7 +2,7 @@
 
 cdef dict _interface(DLPackObject self, str protocol):
     cdef int i
-    cdef Py_ssize_t itemsize = self._isz
+    cdef Py_ssize_t itemsize = self._itemsize
     try:
         typestr, descr = _types.array_typestr(
             self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
@@ -26,8 +26,7 @@ cdef dict _array_interface(DLPackObject self):
     if not _host_accessible(self.dl.device.device_type):
         raise AttributeError(f"__array_interface__: the data is on "
                              f"{_device_name(self.dl.device)}; see __cuda_array_interface__")
-    if _cuda_kind(self.dl.device.device_type):     # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    _host_wait(self)
     return _interface(self, "__array_interface__")
 
 cdef dict _cuda_array_interface(DLPackObject self):

@@ -4,8 +4,6 @@
 # holds the DLPackObject (through an _ArrowAnchor, _own.pxi) until its release callback runs;
 # schemas hold nothing. Builders run without the GIL, so a stream serves any thread.
 
-from libc.errno cimport EINVAL, ENOMEM
-from libc.stdio cimport snprintf
 
 cdef extern from *:
     """
@@ -229,15 +227,15 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
     memset(d, 0, sizeof(_ArrowOut))
     d.leaf = _leaf_format(self.dl.dtype)
     if d.leaf == 0 or self._flags & FLAG_SUBBYTE_PADDED:
-        raise BufferError(f"{protocol}: {_dtype_refusal(self)}")
+        raise Refusal(f"{protocol}: {_dtype_refusal(self)}")
     d.bool8 = self.dl.dtype.code == kDLBool
     if not any_device and not _host_accessible(dt):
-        raise BufferError(f"{protocol}: the data is on {_device_name(self.dl.device)}; this "
-                          "method is for CPU memory: use __arrow_c_device_array__ or "
-                          "__arrow_c_device_stream__")
+        raise Refusal(f"{protocol}: the data is on {_device_name(self.dl.device)}; this "
+                      "method is for CPU memory: use __arrow_c_device_array__ or "
+                      "__arrow_c_device_stream__")
     if not (dt == kDLCPU or dt == 2 or dt == 3 or dt == 4 or 7 <= dt <= 16):
-        raise BufferError(f"{protocol}: Arrow has no device type for "
-                          f"{_device_name(self.dl.device)}")
+        raise Refusal(f"{protocol}: Arrow has no device type for "
+                      f"{_device_name(self.dl.device)}")
     d.device_type = dt
     d.device_id = -1 if dt == kDLCPU else self.dl.device.device_id
     d.data = self.dl.data
@@ -246,17 +244,17 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
         d.length = 1
         return None
     if not self._c_contig:
-        raise BufferError(f"{protocol}: the data (shape {self.shape}, strides {self.strides} "
-                          "elements) is strided or Fortran-ordered; Arrow arrays are "
-                          "C-contiguous and pydlpack does not copy behind your back: make a "
-                          "contiguous copy first (np.ascontiguousarray(a), t.contiguous())")
+        raise Refusal(f"{protocol}: the data (shape {self.shape}, strides {self.strides} "
+                      "elements) is strided or Fortran-ordered; Arrow arrays are "
+                      "C-contiguous and pydlpack does not copy behind your back: make a "
+                      "contiguous copy first (np.ascontiguousarray(a), t.contiguous())")
     d.length = self.dl.shape[0]
     if self.dl.ndim == 1:
         return None
     for i in range(1, self.dl.ndim):
         if _mul_ovf(k, self.dl.shape[i], &k) or k > INT32_MAX:
-            raise BufferError(f"{protocol}: rows of shape {self.shape[1:]} hold more values "
-                              "than an Arrow fixed-size list can (2**31 - 1)")
+            raise Refusal(f"{protocol}: rows of shape {self.shape[1:]} hold more values "
+                          "than an Arrow fixed-size list can (2**31 - 1)")
     d.list_size = k
     meta = ('{"shape":[' + ",".join([str(self.dl.shape[i]) for i in range(1, self.dl.ndim)])
             + ']}').encode()
@@ -288,12 +286,12 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     s = <ArrowSchema *>_arrow_capsule(requested, b"arrow_schema", protocol, "requested_schema")
     exported = _arrow_type_text(d, self)
     if s.release == NULL:
-        raise BufferError(f"{protocol}: requested_schema is released (release is NULL)")
+        raise Refusal(f"{protocol}: requested_schema is released (release is NULL)")
     try:
         tensor = _arrow_read_schema(s, &t, sizes, protocol, False)
     except BufferError as e:
-        raise BufferError(f"{protocol}: requested_schema asks for a type other than the data's "
-                          f"({exported}): {e}; pydlpack does not cast") from None
+        raise Refusal(f"{protocol}: requested_schema asks for a type other than the data's "
+                      f"({exported}): {e}; pydlpack does not cast") from None
     same = t.dtype.code == ours.code and t.dtype.bits == ours.bits
     storage = ours.code == kDLBool and t.dtype.code == kDLInt and t.dtype.bits == 8
     if d.list_size < 0:
@@ -304,15 +302,15 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
         try:
             shape, perm = _arrow_tensor_meta(tensor, sizes[0], protocol)
         except BufferError as e:
-            raise BufferError(f"{protocol}: requested_schema asks for a malformed type: {e}; "
-                              f"the data's is {exported}") from None
+            raise Refusal(f"{protocol}: requested_schema asks for a malformed type: {e}; "
+                          f"the data's is {exported}") from None
         ok = same and shape == list(self.shape[1:]) and (
             perm is None or perm == list(range(len(perm))))
     else:
         ok = same or storage
     if not ok:
-        raise BufferError(f"{protocol}: requested_schema asks for another type than the data's "
-                          f"({exported}); pydlpack does not cast: cast after the exchange")
+        raise Refusal(f"{protocol}: requested_schema asks for another type than the data's "
+                      f"({exported}); pydlpack does not cast: cast after the exchange")
     d.plain = (d.list_size >= 0 and not t.tensor) or (storage and not same)
     return 0
 
@@ -385,8 +383,8 @@ cdef object _arrow_array_export(DLPackObject self, object requested, dict kwargs
         _refuse_kwargs(kwargs, protocol)
     meta = _arrow_describe(self, &d, protocol, device)
     _arrow_requested(self, &d, requested, protocol)
-    if not device and _cuda_kind(d.device_type):    # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    if not device:
+        _host_wait(self)
     schema = _arrow_schema_capsule(&d)
     base = calloc(1, sizeof(ArrowDeviceArray) if device else sizeof(ArrowArray))
     if base == NULL:
@@ -518,8 +516,8 @@ cdef object _arrow_stream_export(DLPackObject self, object requested, dict kwarg
         _refuse_kwargs(kwargs, protocol)
     meta = _arrow_describe(self, &d, protocol, device)
     _arrow_requested(self, &d, requested, protocol)
-    if not device and _cuda_kind(d.device_type):
-        _sync_for(self, None, True)
+    if not device:
+        _host_wait(self)
     base = calloc(1, sizeof(ArrowDeviceArrayStream) if device else sizeof(ArrowArrayStream))
     if base == NULL:
         raise MemoryError()

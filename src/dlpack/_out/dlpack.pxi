@@ -1,8 +1,7 @@
 # Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
-# dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data (docs/spec.md §10).
+# dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data
+# (docs/spec.md §10).
 # The export block, its deleters and the capsule destructors live in _own.pxi.
-from cpython.list cimport PyList_Check, PyList_GET_SIZE, PyList_GetSlice
-from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
 
 
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
@@ -56,8 +55,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     elif device_type == kDLROCM and stream is not None:
         _rocm_order(self, stream)
     elif stream is not None:
-        raise BufferError(f"__dlpack__: stream = {stream!r} must be None for data on "
-                          f"{_device_name(self.dl.device)}")
+        raise Refusal(f"__dlpack__: stream = {stream!r} must be None for data on "
+                      f"{_device_name(self.dl.device)}")
     block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
     if do_copy and not _host_accessible(device_type):
         _fill_from_device(self, block, versioned)
@@ -65,19 +64,13 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
 
 
 cdef int _rocm_order(DLPackObject self, object stream) except -1:
-    """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing.
-    The stream is taken with __index__ first (an int subclass's == is never asked)."""
-    try:
-        if type(stream) is bool:
-            raise TypeError
-        value = PyNumber_Index(stream)
-    except TypeError:
-        raise BufferError(f"__dlpack__: stream = {stream!r} is not None or an int") from None
+    """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing."""
+    value = _stream_index(stream, "__dlpack__: stream")
     if value == -1:
         return 0
     if self._resync is None:
-        raise BufferError(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
-                          "streams for this provider; pass stream=None or -1")
+        raise Refusal(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
+                      "streams for this provider; pass stream=None or -1")
     self._resync.__dlpack__(stream=value)      # the provider orders itself; capsule dropped
     return 0
 
@@ -89,7 +82,7 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
     if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
             and not self._legacy_readonly):
         if copy is not None:
-            raise BufferError(
+            raise Refusal(
                 "__dlpack__: the data is read-only and this consumer asked for a legacy "
                 "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
                 "that passes max_version >= (1, 0), allow a copy, or opt in with "
@@ -97,9 +90,9 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
         do_copy = True
     if do_copy and not _host_accessible(self.dl.device.device_type) and (
             self.dl.device.device_type != kDLCUDA):
-        raise BufferError(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
-                          "in place is not supported; ask for a host copy with "
-                          f"dl_device=({kDLCPU}, 0)")
+        raise Refusal(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
+                      "in place is not supported; ask for a host copy with "
+                      f"dl_device=({kDLCPU}, 0)")
     return do_copy
 
 
@@ -129,8 +122,8 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
                         "(device_type, device_id) tuple or list of two ints") from None
     if out.device_type == kDLCPU and out.device_id != 0:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
-                          f"({kDLCPU}, 0); no other kDLCPU id names a device")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
+                      f"({kDLCPU}, 0); no other kDLCPU id names a device")
     if out.device_type == here.device_type and out.device_id == here.device_id:
         return 0
     if out.device_type == kDLCPU and (_host_accessible(here.device_type)
@@ -138,31 +131,15 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         pass
     elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
         if out.device_id < 0:
-            raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
+            raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
     else:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
-                          f"{_device_name(here)} there (pydlpack copies between the host and "
-                          "a GPU, not between GPUs)")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
+                      f"{_device_name(here)} there (pydlpack copies between the host and "
+                      "a GPU, not between GPUs)")
     if copy is False:
-        raise BufferError(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
-                          f"{_device_name(here)}, but copy=False")
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
+                      f"{_device_name(here)}, but copy=False")
     return 0
-
-
-cdef int _producer_stream(DLPackObject self, uintptr_t *out) except -1:
-    """The stream CUDA data's pending work is on: 1 and out set, or 0 when there is none."""
-    cdef void *current = NULL
-    if self._work_api != NULL:
-        if self._work_api.current_work_stream(<c_DLDeviceType>self.dl.device.device_type,
-                                              self.dl.device.device_id, &current) != 0:
-            if PyErr_Occurred():
-                return -1
-            raise BufferError("__dlpack_c_exchange_api__: the producer's current_work_stream "
-                              "failed")
-        out[0] = <uintptr_t>current if current != NULL else CU_STREAM_LEGACY
-        return 1
-    out[0] = self._stream
-    return self._stream != 0
 
 
 cdef int _torch_current_device(DLPackObject self) except -1:
@@ -170,46 +147,10 @@ cdef int _torch_current_device(DLPackObject self) except -1:
     tensors taken through its C exchange API (§4: a fast path refuses what the producer does)."""
     current = sys.modules["torch"].cuda.current_device()
     if current != self.dl.device.device_id:
-        raise BufferError(f"__dlpack__: torch refuses to export tensors on a different CUDA "
-                          f"device index (tensor on cuda:{self.dl.device.device_id}, current "
-                          f"device cuda:{current}); call torch.cuda.set_device("
-                          f"{self.dl.device.device_id}) first")
-    return 0
-
-
-cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
-    """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
-
-    A __dlpack__ provider is asked again with the consumer's stream and orders itself (its
-    capsule is dropped); providers that refuse the per-thread default stream (torch) are asked
-    for the legacy default stream, which stream 2 waits for. Otherwise one event, or for a host
-    reader a synchronize, on the producer's stream.
-    """
-    cdef uintptr_t producer, consumer
-    if self._event != NULL:             # an Arrow producer's sync_event (docs/spec.md §13)
-        if host_reads:
-            if stream is not None:
-                _consumer_stream(stream, &consumer)
-            return _cu_event_sync(self.dl.device.device_id, self._event)
-        if _consumer_stream(stream, &consumer):
-            _cu_event_wait(self.dl.device.device_id, self._event, consumer)
-        return 0
-    if host_reads:
-        if stream is not None:
-            _consumer_stream(stream, &consumer)     # checked; the host waits whatever it says
-        if self._resync is not None:
-            self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
-            producer = CU_STREAM_LEGACY
-        elif not _producer_stream(self, &producer):
-            return 0
-        return _cu_stream_sync(self.dl.device.device_id, producer)
-    if not _consumer_stream(stream, &consumer):
-        return 0
-    if self._resync is not None:
-        self._resync.__dlpack__(
-            stream=CU_STREAM_LEGACY if consumer == CU_STREAM_PER_THREAD else consumer)
-    elif _producer_stream(self, &producer) and producer != consumer:
-        _cu_stream_wait(self.dl.device.device_id, producer, consumer)
+        raise Refusal(f"__dlpack__: torch refuses to export tensors on a different CUDA "
+                      f"device index (tensor on cuda:{self.dl.device.device_id}, current "
+                      f"device cuda:{current}); call torch.cuda.set_device("
+                      f"{self.dl.device.device_id}) first")
     return 0
 
 
@@ -220,7 +161,7 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
     C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int i, k, n = 0, ndim = self.dl.ndim
-    cdef int64_t isz = self._isz, lo = 0, step, size, offset = 0, width
+    cdef int64_t isz = self._itemsize, lo = 0, step, size, offset = 0, width
     cdef int64_t extent[MAX_NDIM]
     cdef int64_t pitch[MAX_NDIM]
     cdef int64_t gather[MAX_NDIM]
@@ -299,7 +240,7 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     elif not _producer_stream(self, &queue):
         queue = CU_STREAM_LEGACY
     if self._count:
-        _reach(self, &lo, &hi)
+        _span(self, &lo, &hi)
     cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
     if hi > lo:
         _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.dl.data + lo,
@@ -322,8 +263,7 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     cdef const char *src = <const char *>self.dl.data
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
-    if _cuda_kind(self.dl.device.device_type):      # pinned or managed: read once it is ready
-        _sync_for(self, None, True)
+    _host_wait(self)
     cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
     try:
         if self._count and not self._c_contig:

@@ -8,6 +8,11 @@ cdef inline void _set_error(DLPackSetError set_error, void *ctx, const char *kin
         set_error(ctx, kind, message)
 
 
+cdef bytes _ALLOCATES_TEXT = (
+    f"pydlpack allocates CPU tensors of 0 to {MAX_NDIM} dimensions only".encode())
+cdef const char *_ALLOCATES = _ALLOCATES_TEXT       # for the allocator, which runs without the GIL
+
+
 cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                         DLPackSetError set_error) noexcept nogil:
     """A new C-contiguous CPU tensor shaped like proto, freed by its deleter; its data starts on
@@ -27,9 +32,8 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
         return -1
     p = proto[0]
     ndim = p.ndim
-    if p.device.device_type != kDLCPU or ndim < 0 or ndim > MAX_NDIM:
-        _set_error(set_error, error_ctx, b"BufferError",
-                   b"pydlpack allocates CPU tensors of 0 to 1024 dimensions only")
+    if p.device.device_type != kDLCPU or not _ndim_in_range(ndim):
+        _set_error(set_error, error_ctx, b"BufferError", _ALLOCATES)
         return -1
     if ndim > 0 and p.shape == NULL:
         _set_error(set_error, error_ctx, b"BufferError",
@@ -116,13 +120,13 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
     _api_check(obj)
     if out == NULL:
         raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
-    cdef DLPackObject self = <DLPackObject>obj
-    if self._flags & FLAG_READ_ONLY and not self._legacy_readonly:
-        raise BufferError("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
-                          "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
-                          "with asdlpack(obj, allow_legacy_readonly=True)")
-    _ready_on_work_stream(self)
-    out[0] = self.dl
+    cdef DLPackObject r = <DLPackObject>obj
+    if r._flags & FLAG_READ_ONLY and not r._legacy_readonly:
+        raise Refusal("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
+                      "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
+                      "with asdlpack(obj, allow_legacy_readonly=True)")
+    _ready_on_work_stream(r)
+    out[0] = r.dl
     return 0
 
 

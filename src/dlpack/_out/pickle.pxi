@@ -3,11 +3,7 @@
 # shared-memory carriers move them without a copy into the stream); protocol < 5 copies them
 # in-band, as does multiprocessing's own pickler (it takes no buffer_callback).
 # _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
-# the same _finish every reader uses.
-
-from libc.stdint cimport uint8_t, uint16_t
-
-import pickle as _pickle
+# the same _validate every reader uses.
 
 # A strided array is sent as the span its elements reach (zero-copy, strides kept) unless that
 # span is more than this many times its element bytes; then as a C-contiguous copy.
@@ -33,7 +29,7 @@ cdef class _Span:
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         if flags & PyBUF_WRITABLE and self.readonly:
-            raise BufferError("pickle: the data is read-only")
+            raise Refusal("pickle: the data is read-only")
         view.buf = self.ptr
         view.obj = self
         view.len = self.len
@@ -47,9 +43,6 @@ cdef class _Span:
         view.suboffsets = NULL
         view.internal = NULL
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
 
 cdef object _reduce(DLPackObject self, int protocol):
     """``__reduce_ex__``: (_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
@@ -58,20 +51,21 @@ cdef object _reduce(DLPackObject self, int protocol):
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
     cdef int64_t lo = 0, hi = self._nbytes
+    cdef int64_t c_strides[MAX_NDIM]
+    cdef int i
     cdef bint readonly = self._flags & FLAG_READ_ONLY
     cdef bytearray copy
     cdef _Span span
     if not _host_accessible(self.dl.device.device_type):
-        raise BufferError(
+        raise Refusal(
             f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
             "cannot read; pickle a host copy instead: "
             f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
             "host with its producer (e.g. tensor.cpu())")
-    if _cuda_kind(self.dl.device.device_type):
-        _sync_for(self, None, True)         # pinned or managed memory: the producer's work first
+    _host_wait(self)
     strides = self.strides
     if self._count and not self._c_contig:
-        _reach(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
+        _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
     if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
@@ -81,7 +75,8 @@ cdef object _reduce(DLPackObject self, int protocol):
         _gather(span.ptr, <const char *>self.dl.data, self)
         span.owner = copy
         lo, hi = 0, self._nbytes
-        strides = _c_strides_of(self.shape)
+        _c_strides(self.dl.ndim, self.dl.shape, c_strides)
+        strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
     else:
         span.ptr = <char *>(<uintptr_t>self.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self
@@ -98,22 +93,11 @@ cdef object _reduce(DLPackObject self, int protocol):
                       self._flags & _PICKLED_FLAGS)
 
 
-cdef tuple _c_strides_of(tuple shape):
-    """C-contiguous element strides for the gathered copy (as _c_strides, from a tuple)."""
-    cdef list out = []
-    cdef int64_t s = 1
-    for n in reversed(shape):
-        out.append(s)
-        if n > 1:
-            s *= n
-    return tuple(out[::-1])
-
-
 cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
     """A metadata integer from the stream: an int within [low, high], else BufferError."""
     if type(value) is not int or not low <= value <= high:
-        raise BufferError(f"pickle: field '{name}' = {value!r:.80} is not an int in "
-                          f"[{low}, {high}]; the pickle is corrupt or forged")
+        raise Refusal(f"pickle: field '{name}' = {value!r:.80} is not an int in "
+                      f"[{low}, {high}]; the pickle is corrupt or forged")
     return value
 
 
@@ -123,41 +107,41 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     Every field is checked before use: a corrupt or forged pickle gives BufferError, and
     the elements must lie inside ``data``.
     """
-    cdef DLPackObject self = _new_object()
+    cdef DLPackObject r = _new_object()
     cdef Py_ssize_t i, n
     cdef int64_t at
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
-        raise BufferError(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
-                          f"{strides!r:.80} are not tuples of one length; the pickle is "
-                          "corrupt or forged")
+        raise Refusal(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
+                      f"{strides!r:.80} are not tuples of one length; the pickle is "
+                      "corrupt or forged")
     if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
-        raise BufferError(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
-                          "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
-    self._flags = flags
-    self.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
-    self.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
-    self.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
+        raise Refusal(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
+                      "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
+    r._flags = flags
+    r.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
+    r.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
+    r.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
     n = len(shape)
-    self._alloc_dims(n, "pickle")
+    r._alloc_dims(n, "pickle")
     for i in range(n):
-        self.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
-        self.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
+        r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
+        r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
     try:
-        PyObject_GetBuffer(data, &self._view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(data, &r._view, PyBUF_SIMPLE)
     except (TypeError, BufferError, ValueError) as e:
-        raise BufferError(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
-                          f"buffer: {e}") from None
-    self._has_view = True
+        raise Refusal(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
+                      f"buffer: {e}") from None
+    r._has_view = True
     try:
-        at = _field(offset, "offset", 0, self._view.len)
-        if self._view.readonly:
-            self._flags |= FLAG_READ_ONLY
-        self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>at)  # buf may be NULL
-        self.dl.device.device_type = kDLCPU
-        self.dl.device.device_id = 0
-        self._finish("pickle", STRIDES_ELEMENTS, at, self._view.len)
+        at = _field(offset, "offset", 0, r._view.len)
+        if r._view.readonly:
+            r._flags |= FLAG_READ_ONLY
+        r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+        r.dl.device.device_type = kDLCPU
+        r.dl.device.device_id = 0
+        r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
     except BaseException:
-        self._release_view()
+        r._release_view()
         raise
-    self._base = data
-    return self
+    r._base = data
+    return r

@@ -13,7 +13,7 @@ import ctypes
 import struct
 from dataclasses import dataclass, field
 
-from dlpack.check_arrow import (
+from dlpack.tools.check_arrow import (
     ArrayRelease,
     ArrowArray,
     ArrowArrayStream,
@@ -332,3 +332,7 @@ def primitive(code: str, items, fmt: bytes, **fields) -> Col:
     """A primitive column of items (array-module code) with format fmt."""
     return Col(fmt, len(items), buffers=[None, values(code, items)], **fields)
 
+
+def callback(field):
+    """A function pointer read out of a struct field (ctypes' field object aliases the field)."""
+    return type(field)(ctypes.cast(field, ctypes.c_void_p).value)

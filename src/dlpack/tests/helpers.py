@@ -1,8 +1,11 @@
-"""Test helpers: the real consumers, and how each reports a result's data address."""
+"""Test helpers: the real consumers and how each reports a result's data address, and the test
+doubles every module shares (interface and struct providers, the CUDA array interface, raw
+capsules)."""
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import resource
 import shutil
@@ -11,12 +14,19 @@ import sys
 
 import pytest
 
+import dlpack._capsule_api as _capi
 from dlpack import asdlpack, todict
 
 
 def lib(name: str):
     """Import an optional library or skip the test, saying which."""
     return pytest.importorskip(name, reason=f"{name} is not installed")
+
+
+def collected(ref) -> bool:
+    """Whether the object a weak reference names is gone, after a full collection."""
+    gc.collect()
+    return ref() is None
 
 
 def rss_kib() -> int:
@@ -97,3 +107,60 @@ def check_exchange(name: str, provider, expected, *, readonly: bool | None = Non
     if readonly is not None and writable is not None:
         assert writable is (not readonly)
     return result
+
+
+# -- shared test doubles ----------------------------------------------------------------------
+
+NOWHERE = 0x7000_0000_0000      # an address the (fake) CUDA driver does not know
+_KEEP: list = []                # names and structs that capsules made here point at
+
+
+def capsule(address: int, name: bytes | None):
+    """A raw PyCapsule over address, without destructor (its name lives for good)."""
+    if name is not None:
+        name = ctypes.create_string_buffer(name)
+        _KEEP.append(name)
+    return _capi.New(address, name, _capi.Destructor())
+
+
+class Iface:
+    """Speaks only __array_interface__ (and keeps what it points into alive)."""
+
+    def __init__(self, ai, keep=None):
+        self.__array_interface__ = ai
+        self.keep = keep
+
+
+class Struct:
+    """Speaks only __array_struct__, borrowed from a NumPy array."""
+
+    def __init__(self, a):
+        self.a = a
+
+    @property
+    def __array_struct__(self):
+        return self.a.__array_struct__
+
+
+class CAI:
+    """Speaks only __cuda_array_interface__ (v3 with its stream, or v2) over device memory."""
+
+    def __init__(self, ptr, stream=None, shape=(2, 3), strides=None, typestr="<f4",
+                 readonly=False, version=3, **extra):
+        self.__cuda_array_interface__ = dict(
+            shape=shape, typestr=typestr, data=(ptr, readonly), strides=strides,
+            version=version, **({"stream": stream} if version >= 3 else {}), **extra)
+
+
+def cuda_floats(fake, values=range(6), device=1, stream=7):
+    """Device memory on GPU device holding float32 values, and the stream (made if new) its
+    producer's work is on."""
+    if stream not in (None, 1, 2) and stream not in fake.streams:
+        fake.stream(stream, device=device)
+    return fake.device_array((ctypes.c_float * len(values))(*values), device=device)
+
+
+def cuda_array(fake, values, shape, strides=None, stream=7):
+    """A CAI object over device memory of GPU 1, whose producer's work is on stream."""
+    ptr = cuda_floats(fake, values, stream=stream)
+    return CAI(ptr, stream=stream, shape=shape, strides=strides), ptr

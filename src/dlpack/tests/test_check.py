@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from dlpack import check as check_module
-from dlpack.check import RULES, check
 from dlpack.tests import broken_producers
 from dlpack.tests.broken_producers import EXPECTED, BrokenExchange, Producer
 from dlpack.tests.helpers import lib
+from dlpack.tools import check as check_module
+from dlpack.tools.check import RULES, check
 
 
 def verdicts(factory):
@@ -213,7 +213,7 @@ def test_help_lists_the_rules():
 
 def test_numpy_and_pydlpack():
     numpy_conforms()
-    from dlpack import _check_factories as f
+    from dlpack.tools import producers as f
 
     for factory in (f.numpy, f.pydlpack):
         got = verdicts(factory)
@@ -223,7 +223,7 @@ def test_numpy_and_pydlpack():
 
 def test_torch_exchange_api_agrees_with_dlpack():
     lib("torch")
-    from dlpack import _check_factories as f
+    from dlpack.tools import producers as f
 
     assert verdicts(f.torch)["exchange-api"] == "pass"
 
@@ -238,13 +238,13 @@ def numpy_conforms():
 def test_cli_json_and_exit_status():
     numpy_conforms()
     run = subprocess.run([sys.executable, "-m", "dlpack", "check", "--json",
-                          "dlpack._check_factories:numpy",
+                          "dlpack.tools.producers:numpy",
                           "dlpack.tests.broken_producers:Producer"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     data = json.loads(run.stdout)
     assert data["schema"] == "pydlpack-check/1" and data["exit_status"] == 0
-    assert [r["factory"] for r in data["reports"]] == ["dlpack._check_factories:numpy",
+    assert [r["factory"] for r in data["reports"]] == ["dlpack.tools.producers:numpy",
                                                        "dlpack.tests.broken_producers:Producer"]
     bad = subprocess.run([sys.executable, "-m", "dlpack", "check",
                           "dlpack.tests.broken_producers:BrokenExchange", "nosuchmodule:f"],
@@ -256,7 +256,7 @@ def test_cli_json_and_exit_status():
 def test_every_shipped_factory_is_graded():
     import importlib.util
 
-    from dlpack import _check_factories as f
+    from dlpack.tools import producers as f
 
     needs = {"numpy": "numpy", "numpy_readonly": "numpy", "torch": "torch",
              "torch_requires_grad": "torch", "jax": "jax", "tensorflow": "tensorflow",
@@ -265,7 +265,7 @@ def test_every_shipped_factory_is_graded():
              "polars_nulls": "polars", "nanoarrow": "nanoarrow", "arro3": "arro3",
              "pandas": "pandas", "duckdb": "duckdb"}
     assert set(needs) == {n for n in vars(f) if callable(getattr(f, n)) and n[0].islower()}
-    specs = [f"dlpack._check_factories:{n}" for n, m in needs.items()
+    specs = [f"dlpack.tools.producers:{n}" for n, m in needs.items()
              if importlib.util.find_spec(m) is not None]
     if not specs:
         pytest.skip("no producer library is installed")

@@ -140,3 +140,16 @@ def test_many_rounds_no_leak(clib, no_leak):
         np.from_dlpack(asdlpack(clib.make_tensor(8, 1, 0)))
     gc.collect()
     assert clib.deleted_count() == before + 100_000
+
+
+def test_from_pointer_is_a_deprecated_alias_of_asdlpack():
+    """dlpack.ctypes.from_pointer(ptr) warns and does what asdlpack(ptr) does (spec §3.6)."""
+    import warnings
+
+    p = dlc.to_pointer(bytearray(b"abcd"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        dl = dlc.from_pointer(p)
+    assert [w.category for w in seen] == [DeprecationWarning]
+    assert "asdlpack(ptr)" in str(seen[0].message) and not p
+    assert bytes(dl) == b"abcd"

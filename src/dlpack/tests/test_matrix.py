@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dlpack import matrix
 from dlpack.tests.helpers import lib
+from dlpack.tools import matrix
 
 
 def cells(result):
@@ -292,7 +292,7 @@ def test_cli_exit_status_and_text_header(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("command", [["--provider", "bytearray", "--consumer", "tensorflow"],
-                                     ["check", "dlpack._check_factories:tensorflow"]])
+                                     ["check", "dlpack.tools.producers:tensorflow"]])
 def test_tensorflow_logs_suppressed(command):
     """TensorFlow logs to descriptor 2 on some CPUs (AVX-512: oneDNN, cpu_feature_guard) and not
     on others, whatever TF_CPP_MIN_LOG_LEVEL says; the level is forced to 0 here so that it logs

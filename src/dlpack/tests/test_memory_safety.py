@@ -78,10 +78,10 @@ def test_jax_alignment():
 def test_every_kind_of_copy_is_aligned(fake):
     """Host copies of CUDA data (a fake driver), copy=True, legacy read-only exports, copies
     for C receivers and the exchange API's allocator: data % 256 == 0, byte_offset 0."""
-    from dlpack.tests.test_cuda import _device_array
+    from dlpack.tests.helpers import cuda_array
 
-    obj, _ = _device_array(fake, range(6), (2, 3))
-    strided, _ = _device_array(fake, range(12), (3, 2), strides=(8, 4))
+    obj, _ = cuda_array(fake, range(6), (2, 3))
+    strided, _ = cuda_array(fake, range(12), (3, 2), strides=(8, 4))
     capsules = [asdlpack(obj).__dlpack__(max_version=(1, 3), dl_device=(1, 0)),
                 asdlpack(strided).__dlpack__(dl_device=(1, 0), copy=True),
                 asdlpack(bytes(10)).__dlpack__(),

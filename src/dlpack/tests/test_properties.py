@@ -210,7 +210,7 @@ def test_versioned_struct_refused_or_described_and_deleted_once(code, bits, shap
                                ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
                                if strides else None, 0)
     try:
-        dl = dlpack.ctypes.from_pointer(ctypes.pointer(mt))
+        dl = dlpack.asdlpack(ctypes.pointer(mt))
     except BufferError:
         assert calls == [1]  # ownership was taken, so a refusal releases the producer's memory
         return

@@ -14,14 +14,7 @@ import dlpack.ctypes as dlc
 from dlpack import DLPackObject, _core, asdlpack, todict
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import CU_MEMORYTYPE_DEVICE, ctx
-
-NOWHERE = 0x7000_0000_0000      # an address the driver does not know
-
-
-class CAI:
-    def __init__(self, ptr, stream=None, shape=(2, 3), strides=None, typestr="<f4"):
-        self.__cuda_array_interface__ = dict(shape=shape, typestr=typestr, data=(ptr, False),
-                                             strides=strides, version=3, stream=stream)
+from dlpack.tests.helpers import CAI, NOWHERE
 
 
 def _memory(fake, n=6, kind="device", stream=7, device=0):
@@ -36,6 +29,7 @@ def _memory(fake, n=6, kind="device", stream=7, device=0):
 
 
 # -- device ordinals the driver reports ------------------------------------------------------
+
 
 @pytest.mark.parametrize("managed", [False, True])
 @pytest.mark.parametrize("ordinal", [-1, -2])
@@ -72,39 +66,6 @@ def test_null_data_for_a_non_empty_cai_is_refused_before_the_driver(fake):
 
 # -- stream values ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stream", [True, False, 1.0, "7", -1, -2, 2**64])
-def test_cai_stream_field_bad_values(fake, stream):
-    with pytest.raises(BufferError, match=r"__cuda_array_interface__: field 'stream'"):
-        asdlpack(CAI(NOWHERE, stream=stream))
-    assert fake.current == [] and fake.calls == []
-
-
-@pytest.mark.parametrize("stream", [2**64 - 1, 2**63, 3])
-def test_extreme_but_valid_stream_handles_round_trip(fake, stream):
-    dl = asdlpack(CAI(_memory(fake, stream=stream), stream=stream))
-    assert dl.__cuda_array_interface__["stream"] == stream
-    fake.stream(5)
-    fake.calls.clear()
-    dl.__dlpack__(stream=5, max_version=(1, 0))
-    assert ("cuEventRecord", fake_cuda.EVENT, stream) in fake.calls
-    assert fake.current == []
-
-
-@pytest.mark.parametrize("stream", [True, False, 1.5, "x", 0, -5, 2**70])
-def test_host_copy_validates_the_stream_argument(fake, stream):
-    """FINDING: with dl_device=(kDLCPU, 0) on CUDA data the stream argument is never looked
-    at: True, 1.5, 'x', 0 (disallowed for CUDA), -5 and 2**70 all give a host copy, while the
-    same values are refused without dl_device and on a device copy. Expected: the same
-    BufferError/TypeError naming __dlpack__ and the stream."""
-    dl = asdlpack(CAI(_memory(fake), stream=7))
-    with pytest.raises((BufferError, TypeError), match="stream"):
-        dl.__dlpack__(stream=stream, dl_device=(1, 0), max_version=(1, 0))
-    with pytest.raises((BufferError, TypeError), match="stream"):      # already refused here
-        asdlpack(b"abcd").__dlpack__(stream=stream, dl_device=(2, 0), max_version=(1, 0))
-    assert fake.current == [] and not fake.allocated()
-
-
-# -- stream ordering ---------------------------------------------------------------------------
 
 def test_device_copy_is_ordered_before_the_consumers_stream(fake):
     """FINDING: a host -> GPU copy for a consumer stream (here 0xABC) is one cuMemcpyHtoD on
@@ -169,6 +130,7 @@ def test_pickle_of_pinned_data_waits_for_the_producer(fake):
 
 # -- dl_device values --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dl_device", [(2.0, 0), (2, True), (True, 0), (2, 0.0)])
 def test_dl_device_of_floats_or_bools_is_a_type_error(fake, dl_device):
     """FINDING: dl_device=(2.0, 0) and (2, True) allocate and fill GPU memory (GPU 0, GPU 1),
@@ -180,6 +142,7 @@ def test_dl_device_of_floats_or_bools_is_a_type_error(fake, dl_device):
 
 
 # -- every entry point failing in turn ---------------------------------------------------------
+
 
 _ENTRY_POINTS = ["cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
                  "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState",
@@ -279,6 +242,7 @@ def test_exchange_api_driver_failure_is_an_error_not_a_tensor(fake):
 
 # -- drivers swapped or gone while device copies live -----------------------------------------
 
+
 def test_swapped_driver_never_frees_another_drivers_memory(fake):
     """FINDING: a device copy made under driver A is freed, after driver B is installed and
     has retained the same device's primary context, by B's cuMemFree (B never allocated it:
@@ -324,6 +288,7 @@ def test_libraries_that_are_not_a_cuda_driver(fake):
 
 
 # -- threads -----------------------------------------------------------------------------------
+
 
 def test_threads_exporting_concurrently(fake):
     np = pytest.importorskip("numpy")

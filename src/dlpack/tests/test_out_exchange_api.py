@@ -8,7 +8,7 @@ import pytest
 
 import dlpack.ctypes as dlc
 from dlpack import DLPackObject, asdlpack
-from dlpack.tests.helpers import lib
+from dlpack.tests.helpers import capsule, lib
 
 np = lib("numpy")
 
@@ -113,9 +113,6 @@ def test_torch_provider_through_its_c_api():
 
 # -- any producer's C exchange API (spec §3.1): a producer of our own, built with ctypes ---------
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _FROM_PY = dict(dlc.DLPackExchangeAPI._fields_)["managed_tensor_from_py_object_no_sync"]
 
 
@@ -137,8 +134,8 @@ def exchange_api_type(*, major=1, minor=3, prev=None, entry=True, returns=0, dlp
 
     if entry:
         api.managed_tensor_from_py_object_no_sync = _FROM_PY(from_py)
-    namespace = {"__dlpack_c_exchange_api__": _capsule_new(ctypes.addressof(api),
-                                                           b"dlpack_exchange_api", None),
+    namespace = {"__dlpack_c_exchange_api__": capsule(ctypes.addressof(api),
+                                                      b"dlpack_exchange_api"),
                  "_api": api,       # the struct and its callback live as long as the class
                  "__init__": lambda self, array: setattr(self, "array", array)
                  or setattr(self, "calls", 0)}

@@ -45,8 +45,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
+import dlpack._capsule_api as _capi
 import dlpack.ctypes as dlc
-from dlpack import check_arrow
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -55,7 +55,8 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
-from dlpack.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
+from dlpack.tools import check_arrow
+from dlpack.tools.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
 
 SCHEMA = "pydlpack-check/1"
 VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
@@ -63,16 +64,6 @@ USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
 CAPSULE = type(datetime.datetime_CAPI)
-
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetDestructor.restype = ctypes.c_int
-_api.PyCapsule_SetDestructor.argtypes = [ctypes.py_object, ctypes.c_void_p]
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
@@ -132,14 +123,14 @@ def readable(address: int | None, size: int) -> bool:
 
 def capsule_name(capsule) -> bytes | None:
     """The capsule's name as bytes (None for an unnamed capsule)."""
-    return _api.PyCapsule_GetName(capsule)
+    return _capi.GetName(capsule)
 
 
 def _disarm(*capsules) -> None:
     """Take the destructor off capsules that share a tensor: it leaks instead of being freed
     twice (and the checker keeps running)."""
     for capsule in capsules:
-        _api.PyCapsule_SetDestructor(capsule, None)
+        _capi.SetDestructor(capsule, _capi.Destructor())    # NULL: none
 
 
 def _what(obj: object) -> str:
@@ -238,7 +229,7 @@ class Subject:
         self.refusal: str | None = None     # what __dlpack__ raised on a plain request
         self.legacy_refusal: BufferError | None = None
         self._alive: list = []       # capsules whose structs a rule is still reading
-        self.arrow: Any = None       # the Arrow rules' checker (dlpack.check_arrow), made once
+        self.arrow: Any = None       # the Arrow rules' checker (tools.check_arrow), made once
 
     def state(self) -> dict:
         """What later rules need from basic-export, for a child that resumes after a crash."""
@@ -281,7 +272,7 @@ class Subject:
         if name not in (VERSIONED, LEGACY):
             raise _Fail(f"capsule named {name!r}; consumers look for 'dltensor_versioned' or "
                         "'dltensor' (a 'used_' name means it was handed out already consumed)")
-        m = _struct_at(_api.PyCapsule_GetPointer(capsule, name), name)
+        m = _struct_at(_capi.GetPointer(capsule, name), name)
         if name == LEGACY:
             self._legacy_struct(capsule)
             _tensor_readable(m.dl_tensor)
@@ -295,7 +286,7 @@ class Subject:
 
     def _legacy_struct(self, capsule) -> None:
         """Fail when a 'dltensor' capsule does not hold a valid DLManagedTensor."""
-        address = _api.PyCapsule_GetPointer(capsule, LEGACY)
+        address = _capi.GetPointer(capsule, LEGACY)
         if _plausible(_struct_at(address, LEGACY).dl_tensor):
             return
         if readable(address, ctypes.sizeof(dlc.DLManagedTensorVersioned)):
@@ -401,8 +392,8 @@ def basic_export(s: Subject) -> str:
         return f"{asked} → a capsule named {name!r} (capsule-names grades the name)"
     _, t, _, version = s.read(first)
     if isinstance(second, CAPSULE) and capsule_name(second) == name:
-        here = _api.PyCapsule_GetPointer(first, name)
-        if here == _api.PyCapsule_GetPointer(second, name):
+        here = _capi.GetPointer(first, name)
+        if here == _capi.GetPointer(second, name):
             _disarm(first, second)
             raise _Fail(f"two live capsules from {asked} hold the same managed tensor "
                         f"({here:#x}): each consumer calls its deleter, a double free")
@@ -557,9 +548,9 @@ def _deleter_case(s: Subject, consumed: bool, versioned: bool) -> str:
         return "no max_version: refused with BufferError (nothing to free)"
     name, *_ = s.read(capsule)       # never touch the deleter of an invalid struct
     s._alive.clear()
-    address = _api.PyCapsule_GetPointer(capsule, name)
+    address = _capi.GetPointer(capsule, name)
     if consumed:
-        _api.PyCapsule_SetName(capsule, USED[name])    # what every consumer does
+        _capi.SetName(capsule, USED[name])    # what every consumer does
     probe = DeleterProbe(address, name == VERSIONED)
     if not probe.had_deleter:
         return f"{name.decode()}: NULL deleter (nothing to free)"
@@ -713,7 +704,7 @@ def exchange_api(s: Subject) -> str:
     if capsule_name(api_capsule) != b"dlpack_exchange_api":
         raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
                     "not 'dlpack_exchange_api'")
-    where = _api.PyCapsule_GetPointer(api_capsule, b"dlpack_exchange_api")
+    where = _capi.GetPointer(api_capsule, b"dlpack_exchange_api")
     if not readable(where, ctypes.sizeof(dlc.DLPackExchangeAPI)):
         raise _Fail(f"__dlpack_c_exchange_api__ points at {where:#x}, which is not readable "
                     "memory")
@@ -758,28 +749,28 @@ def exchange_api(s: Subject) -> str:
             "READ_ONLY as __dlpack__")
 
 
-def _arrow_rule(name: str) -> Callable[[Subject], str]:
-    """An Arrow rule of dlpack.check_arrow, graded here like every other rule."""
+def _arrow_rule(grade_rule: Callable[[check_arrow.ArrowChecker], str]
+                ) -> Callable[[Subject], str]:
+    """An Arrow rule of dlpack.tools.check_arrow, graded here like every other rule."""
     def grade_arrow(s: Subject) -> str:
         if s.arrow is None:
             if s.bare or not check_arrow.speaks_arrow(s.obj):
                 raise _NA("the producer speaks no Arrow PyCapsule interface")
             s.arrow = check_arrow.ArrowChecker(s.factory)
         try:
-            return getattr(s.arrow, "rule_" + name.replace("-", "_"))()
+            return grade_rule(s.arrow)
         except check_arrow.Fail as e:
             raise _Fail(str(e)) from None
         except check_arrow.NA as e:
             raise _NA(str(e)) from None
         finally:
             gc.collect()
-    method = getattr(check_arrow.ArrowChecker, "rule_" + name.replace("-", "_"))
-    grade_arrow.__doc__ = method.__doc__
+    grade_arrow.__doc__ = grade_rule.__doc__
     return grade_arrow
 
 
-for _name in check_arrow.RULES:
-    rule(_name, needs_export=False)(_arrow_rule(_name))
+for _name, _grade in check_arrow.RULES.items():
+    rule(_name, needs_export=False)(_arrow_rule(_grade))
 
 
 # -- running the rules ---------------------------------------------------------------------------
@@ -806,7 +797,7 @@ def load(spec: str) -> Callable[[], object]:
     """``MODULE:FACTORY`` → the factory."""
     module, sep, factory = spec.partition(":")
     if not sep or not module or not factory:
-        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack._check_factories:numpy)")
+        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack.tools.producers:numpy)")
     return getattr(importlib.import_module(module), factory)
 
 
@@ -884,7 +875,7 @@ def check_isolated(spec: str) -> Iterator[Result]:
     while start < len(RULES):
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "dlpack.check", "--worker", spec, str(start),
+                [sys.executable, "-m", "dlpack.tools.check", "--worker", spec, str(start),
                  json.dumps(state)], stdout=subprocess.PIPE, stderr=log,
                 stdin=subprocess.DEVNULL, env=_child_env(), text=True, encoding="utf-8",
                 errors="replace")
@@ -999,7 +990,7 @@ def main(argv: list[str] | None = None) -> int:
             "evidence. Each producer runs in a child process: one that crashes its consumer "
             "fails the rule that was running.", width)))
     parser.add_argument("factory", nargs="+", metavar="MODULE:FACTORY",
-                        help="e.g. dlpack._check_factories:numpy")
+                        help="e.g. dlpack.tools.producers:numpy")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output (schema in docs/check.md)")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Producers for ``python -m dlpack check`` (``dlpack._check_factories:NAME``), one per library.
+"""Producers for ``python -m dlpack check`` (``dlpack.tools.producers:NAME``), one per library.
 
 Each returns a small array of 0..5 the way a user of that library makes one. TensorFlow has no
 ``__dlpack__``: ``tensorflow`` wraps its ``to_dlpack`` as the old-style producer it is.

@@ -3,28 +3,9 @@
 import pytest
 
 from dlpack import asdlpack
-from dlpack.tests.helpers import CONSUMERS, check_exchange, lib
+from dlpack.tests.helpers import CONSUMERS, Iface, Struct, check_exchange, lib
 
 np = lib("numpy")
-
-
-class Iface:
-    """Speaks only __array_interface__ (and keeps what it points into alive)."""
-
-    def __init__(self, ai, keep=None):
-        self.__array_interface__ = ai
-        self.keep = keep
-
-
-class Struct:
-    """Speaks only __array_struct__, borrowed from a NumPy array."""
-
-    def __init__(self, a):
-        self.a = a
-
-    @property
-    def __array_struct__(self):
-        return self.a.__array_struct__
 
 
 def iface_of(a, **changes):
@@ -70,14 +51,6 @@ def test_layouts_both_interfaces(make):
         np.testing.assert_array_equal(b, a)
         if a.size:
             assert b.ctypes.data == a.ctypes.data
-
-
-def test_unaligned_numpy_array_falls_back_to_dlpack():
-    raw = np.zeros(33, dtype=np.uint8)
-    a = raw[1:].view(np.float64)          # NumPy marks it unaligned
-    assert not a.flags.aligned
-    dl = asdlpack(a)
-    assert dl.data_ptr == a.ctypes.data and dl.dtype == "float64"
 
 
 def test_readonly_both_interfaces():
@@ -218,28 +191,3 @@ def test_ml_subbyte_padded():
     dl = asdlpack(a)
     assert dl.dtype.bits == 4 and dl.itemsize == 1
     assert dl.flags & 4   # IS_SUBBYTE_TYPE_PADDED
-
-
-@pytest.mark.parametrize("dtype", ["?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "l",
-                                   "L", "e", "f4", "f8", "c8", "c16"])
-def test_ndarray_fast_path_matches_numpys_own_dlpack(dtype):
-    from dlpack import _core, todict
-
-    base = np.arange(24).astype(dtype).reshape(4, 6)
-    for a in (base, base[::2, ::-3], base.T, base[1:2], base[0, 0, ...]):
-        mine = todict(asdlpack(a))
-        theirs = todict(a.__dlpack__(max_version=(1, 0)))
-        for key in ("data", "device", "ndim", "dtype", "shape"):
-            assert mine[key] == theirs[key], key
-        if a.size > 1:           # NumPy < 2.3 exports NULL strides (C-contiguous) when it can
-            assert mine["strides"] == (theirs["strides"] or _c_strides(a.shape))
-    assert _core._ndarray_fast_path()     # the struct layout matched this NumPy
-
-
-def _c_strides(shape):
-    """C-contiguous element strides of shape, as DLPack's NULL strides mean."""
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= n
-    return tuple(reversed(out))

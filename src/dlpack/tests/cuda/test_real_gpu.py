@@ -397,7 +397,7 @@ def test_device_copies_freed_on_other_threads_under_load():
         import ctypes, threading
         import torch
         from dlpack import asdlpack
-        from dlpack.tests.test_cuda_gpu import Gate
+        from dlpack.tests.cuda.test_real_gpu import Gate
 
         gate = Gate()
         side = torch.cuda.Stream()

@@ -11,8 +11,7 @@ import pytest
 
 from dlpack import DLDeviceType, asdlpack
 from dlpack._core import _rebuild
-from dlpack.tests.helpers import lib
-from dlpack.tests.test_cuda import CAI
+from dlpack.tests.helpers import CAI, lib
 
 np = lib("numpy")
 ml_dtypes = lib("ml_dtypes")

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from dlpack import DLPackObject, asdlpack, todict
-from dlpack.tests.helpers import CONSUMERS, check_exchange, lib
+from dlpack.tests.helpers import CONSUMERS, capsule, check_exchange, lib
 
 np = lib("numpy")
 
@@ -114,12 +114,7 @@ def test_raw_versioned_capsule():
 
 
 def test_foreign_capsule_rejected():
-    import ctypes
-
-    make = ctypes.pythonapi.PyCapsule_New
-    make.restype = ctypes.py_object
-    make.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    foreign = make(1, b"not_a_tensor", None)
+    foreign = capsule(1, b"not_a_tensor")
     with pytest.raises(BufferError, match="not_a_tensor"):
         asdlpack(foreign)
 
@@ -267,6 +262,34 @@ def test_all_refuse_lists_each_protocol():
         asdlpack(Bad())
     text = str(info.value)
     assert "__dlpack__: BufferError: nope" in text and "__array_interface__" in text
+
+
+def test_producer_error_wrapped_by_type_not_wording():
+    """A producer's BufferError is wrapped naming the protocol even when its text starts like
+    one of ours; pydlpack's own refusal from a nested asdlpack passes as it is (spec §7)."""
+    class Mimic:
+        def __dlpack__(self, **kwargs):
+            raise BufferError("__array_interface__: looks like pydlpack's")
+
+    class Nested:
+        def __dlpack__(self, **kwargs):
+            return asdlpack(b"ab").__dlpack__(dl_device=(99, 0))
+
+    with pytest.raises(BufferError) as info:
+        asdlpack(Mimic())
+    assert str(info.value) == "__dlpack__: BufferError: __array_interface__: looks like pydlpack's"
+    assert type(info.value).__name__ == "BufferError"
+    with pytest.raises(BufferError) as info:
+        asdlpack(Nested())
+    assert str(info.value).startswith("__dlpack__: ") and ": BufferError:" not in str(info.value)
+
+
+def test_cuda_error_exported():
+    import dlpack
+    from dlpack import _core
+
+    assert dlpack.CudaError is _core.CudaError and issubclass(dlpack.CudaError, BufferError)
+    assert "CudaError" in dlpack.__all__
 
 
 @pytest.mark.parametrize("obj", [None, 5, "abc", [1, 2], {"a": 1}, object(), 3.5])

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, PYFUNCTYPE, c_char_p, c_int, c_int32, c_int64, c_void_p
 from typing import Any
 
-RULES = ["arrow-capsules", "arrow-release-unconsumed", "arrow-release-consumed",
-         "arrow-offsets", "arrow-nulls"]
+import dlpack._capsule_api as _capi
+
 METHODS = {             # method -> the capsule names it returns
     "__arrow_c_device_array__": (b"arrow_schema", b"arrow_device_array"),
     "__arrow_c_array__": (b"arrow_schema", b"arrow_array"),
@@ -84,24 +84,16 @@ STRUCTS = {b"arrow_schema": ArrowSchema, b"arrow_array": ArrowArray,
            b"arrow_device_array_stream": ArrowDeviceArrayStream}
 PRIMITIVE_SIZES = {b"c": 1, b"C": 1, b"s": 2, b"S": 2, b"e": 2, b"i": 4, b"I": 4, b"f": 4,
                    b"l": 8, b"L": 8, b"g": 8}
-
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, c_char_p]
-_api.PyCapsule_IsValid.restype = c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, c_char_p]
 _PROBES: list = []          # trampolines stay callable for the life of the process
 
 
 def struct_of(capsule, name: bytes):
     """The Arrow struct a capsule holds (read in place, not consumed)."""
-    if type(capsule).__name__ != "PyCapsule" or not _api.PyCapsule_IsValid(capsule, name):
-        found = _api.PyCapsule_GetName(capsule) if type(capsule).__name__ == "PyCapsule" \
+    if type(capsule).__name__ != "PyCapsule" or not _capi.IsValid(capsule, name):
+        found = _capi.GetName(capsule) if type(capsule).__name__ == "PyCapsule" \
             else type(capsule).__name__
         raise Fail(f"expected a capsule named {name.decode()!r}, got {found!r}")
-    return STRUCTS[name].from_address(_api.PyCapsule_GetPointer(capsule, name))
+    return STRUCTS[name].from_address(_capi.GetPointer(capsule, name))
 
 
 class ReleaseProbe:
@@ -193,19 +185,19 @@ def _column_of(schema: ArrowSchema, array: ArrowArray) -> tuple:
     return schema, array, array.offset, array.length
 
 
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [c_void_p, c_char_p, c_void_p]
+_capi.New.restype = ctypes.py_object
+_capi.New.argtypes = [c_void_p, c_char_p, c_void_p]
 
 
 def _capsule(struct, name: bytes):
     """A capsule over a struct the rule owns (no destructor: the rule releases what is left)."""
-    return _api.PyCapsule_New(ctypes.addressof(struct), name, None)
+    return _capi.New(ctypes.addressof(struct), name, None)
 
 
 def _zero_bits(address: int, start: int, count: int) -> int:
     """0 bits of a validity bitmap in [start, start + count), once the kernel says the bytes
     are mapped (a length the bitmap does not have fails the rule instead of the process)."""
-    from dlpack.check import readable
+    from dlpack.tools.check import readable
 
     if start < 0 or count < 0:
         raise Fail(f"offset = {start}, length = {count}: a negative field")
@@ -221,7 +213,7 @@ def _zero_bits(address: int, start: int, count: int) -> int:
 
 
 class ArrowChecker:
-    """Runs the Arrow rules against one producer object."""
+    """One producer object, and the exports of it that the Arrow rules read."""
 
     def __init__(self, factory: Callable[[], object]) -> None:
         self.factory = factory
@@ -272,170 +264,191 @@ class ArrowChecker:
             raise NA("__arrow_c_stream__ gives an empty stream; the layout rules read a chunk")
         return schema, array, release
 
-    def rule_arrow_capsules(self) -> str:
-        """Each method returns capsules with the interface's names, holding unreleased structs."""
-        seen = []
-        for method in self.methods:
-            got = self.export(method)
-            seen.append(f"{method} → {tuple(_api.PyCapsule_GetName(c).decode() for c in got)}")
-        return "; ".join(seen)
 
-    def rule_arrow_release_unconsumed(self) -> str:
-        """Capsules dropped unconsumed release each struct exactly once."""
-        seen = []
-        for method in self.methods:
-            got = self.export(method)
-            probes = []
-            for capsule, name in zip(got, METHODS[method], strict=True):
-                struct = struct_of(capsule, name)
-                probes.append((name, ReleaseProbe(struct.array if name == b"arrow_device_array"
-                                                  else struct)))
-            del got, capsule, struct
-            gc.collect()
-            for name, probe in probes:
-                if probe.calls != 1:
-                    raise Fail(f"{method}: an unconsumed {name.decode()} capsule's release ran "
-                                f"{probe.calls} times (exactly once expected: "
-                                f"{'a leak' if probe.calls == 0 else 'a double release'})")
-            seen.append(method)
-        return "every struct of " + ", ".join(seen) + " released exactly once"
+RULES: dict[str, Callable[[ArrowChecker], str]] = {}     # name -> rule, in the order they run
 
-    def rule_arrow_release_consumed(self) -> str:
-        """Moved into asdlpack: the schema released at once, the array (and stream) exactly
-        once, after the last view of the DLPackObject is gone."""
-        from dlpack import asdlpack
 
-        method = next((m for m in METHODS if m in self.methods
-                       and m != "__arrow_c_device_stream__"), None)
-        if method is None:
-            raise NA("asdlpack does not read device streams")
-        got = self.export(method)
-        if method == "__arrow_c_stream__":
-            probe = StreamProbe(struct_of(got[0], b"arrow_array_stream"))
-            counts = probe.counts
-        else:
-            schema = ReleaseProbe(struct_of(got[0], b"arrow_schema"))
-            array = struct_of(got[1], METHODS[method][1])
-            chunk = ReleaseProbe(array.array if method == "__arrow_c_device_array__" else array)
-            del array
+def arrow_rule(name: str) -> Callable[[Callable[[ArrowChecker], str]],
+                                      Callable[[ArrowChecker], str]]:
+    """Register an Arrow rule; ``check`` grades each one as it grades its own ``@rule``s."""
+    def register(grade: Callable[[ArrowChecker], str]) -> Callable[[ArrowChecker], str]:
+        RULES[name] = grade
+        return grade
+    return register
 
-            def counts() -> dict[str, list[int]]:
-                return {"schema": [schema.calls], "chunks": [chunk.calls]}
 
-        shim = _shim(method, got if len(got) > 1 else got[0])
-        del got
+@arrow_rule("arrow-capsules")
+def arrow_capsules(producer: ArrowChecker) -> str:
+    """Each method returns capsules with the interface's names, holding unreleased structs."""
+    seen = []
+    for method in producer.methods:
+        got = producer.export(method)
+        seen.append(f"{method} → {tuple(_capi.GetName(c).decode() for c in got)}")
+    return "; ".join(seen)
+
+
+@arrow_rule("arrow-release-unconsumed")
+def arrow_release_unconsumed(producer: ArrowChecker) -> str:
+    """Capsules dropped unconsumed release each struct exactly once."""
+    seen = []
+    for method in producer.methods:
+        got = producer.export(method)
+        probes = []
+        for capsule, name in zip(got, METHODS[method], strict=True):
+            struct = struct_of(capsule, name)
+            probes.append((name, ReleaseProbe(struct.array if name == b"arrow_device_array"
+                                              else struct)))
+        del got, capsule, struct
+        gc.collect()
+        for name, probe in probes:
+            if probe.calls != 1:
+                raise Fail(f"{method}: an unconsumed {name.decode()} capsule's release ran "
+                            f"{probe.calls} times (exactly once expected: "
+                            f"{'a leak' if probe.calls == 0 else 'a double release'})")
+        seen.append(method)
+    return "every struct of " + ", ".join(seen) + " released exactly once"
+
+
+@arrow_rule("arrow-release-consumed")
+def arrow_release_consumed(producer: ArrowChecker) -> str:
+    """Moved into asdlpack: the schema released at once, the array (and stream) exactly
+    once, after the last view of the DLPackObject is gone."""
+    from dlpack import asdlpack
+
+    method = next((m for m in METHODS if m in producer.methods
+                   and m != "__arrow_c_device_stream__"), None)
+    if method is None:
+        raise NA("asdlpack does not read device streams")
+    got = producer.export(method)
+    if method == "__arrow_c_stream__":
+        probe = StreamProbe(struct_of(got[0], b"arrow_array_stream"))
+        counts = probe.counts
+    else:
+        schema = ReleaseProbe(struct_of(got[0], b"arrow_schema"))
+        array = struct_of(got[1], METHODS[method][1])
+        chunk = ReleaseProbe(array.array if method == "__arrow_c_device_array__" else array)
+        del array
+
+        def counts() -> dict[str, list[int]]:
+            return {"schema": [schema.calls], "chunks": [chunk.calls]}
+
+    shim = _shim(method, got if len(got) > 1 else got[0])
+    del got
+    try:
+        dl = asdlpack(shim)
+    except BufferError as e:
+        dl, refusal = None, e
+    gc.collect()
+    if dl is None:
+        if any(c != 1 for calls in counts().values() for c in calls):
+            raise Fail(f"asdlpack refused ({refusal}) and the releases ran {counts()} "
+                        "times (exactly once each expected)")
+        raise NA(f"asdlpack refuses this data ({refusal}); each struct was released "
+                  "exactly once")
+    if counts()["schema"] != [1]:
+        raise Fail(f"the schema's release ran {counts()['schema']} times at once after "
+                    "reading (exactly once expected)")
+    view = dl.__dlpack__(max_version=(1, 0))
+    del dl
+    gc.collect()
+    alive = counts()
+    if 0 not in alive["chunks"] or any(alive.get("stream", [])):
+        raise Fail(f"releases ran {alive} times while a view of the data was alive")
+    del view
+    gc.collect()
+    after = counts()
+    if any(c != 1 for calls in after.values() for c in calls):
+        raise Fail(f"after the last view was gone the releases ran {after} times "
+                    "(exactly once each expected)")
+    return (f"via {method}: the schema released at once; {len(after['chunks'])} array(s)"
+            f"{' and the stream' if 'stream' in after else ''} released exactly once, the "
+            "viewed one after the last view")
+
+
+@arrow_rule("arrow-offsets")
+def arrow_offsets(producer: ArrowChecker) -> str:
+    """Within each export, asdlpack's tensor starts at buffers[1] + offset × item size of
+    the column and has its length; __dlpack__ agrees; a slice starts item size further."""
+    from dlpack import asdlpack, todict
+
+    seen = []
+    base = None
+    for method in producer.methods:
+        if method == "__arrow_c_device_stream__":
+            continue
+        schema, array, release = producer.column(method=method)
         try:
-            dl = asdlpack(shim)
-        except BufferError as e:
-            dl, refusal = None, e
-        gc.collect()
-        if dl is None:
-            if any(c != 1 for calls in counts().values() for c in calls):
-                raise Fail(f"asdlpack refused ({refusal}) and the releases ran {counts()} "
-                            "times (exactly once each expected)")
-            raise NA(f"asdlpack refuses this data ({refusal}); each struct was released "
-                      "exactly once")
-        if counts()["schema"] != [1]:
-            raise Fail(f"the schema's release ran {counts()['schema']} times at once after "
-                        "reading (exactly once expected)")
-        view = dl.__dlpack__(max_version=(1, 0))
-        del dl
-        gc.collect()
-        alive = counts()
-        if 0 not in alive["chunks"] or any(alive.get("stream", [])):
-            raise Fail(f"releases ran {alive} times while a view of the data was alive")
-        del view
-        gc.collect()
-        after = counts()
-        if any(c != 1 for calls in after.values() for c in calls):
-            raise Fail(f"after the last view was gone the releases ran {after} times "
-                        "(exactly once each expected)")
-        return (f"via {method}: the schema released at once; {len(after['chunks'])} array(s)"
-                f"{' and the stream' if 'stream' in after else ''} released exactly once, the "
-                "viewed one after the last view")
-
-    def rule_arrow_offsets(self) -> str:
-        """Within each export, asdlpack's tensor starts at buffers[1] + offset × item size of
-        the column and has its length; __dlpack__ agrees; a slice starts item size further."""
-        from dlpack import asdlpack, todict
-
-        seen = []
-        base = None
-        for method in self.methods:
-            if method == "__arrow_c_device_stream__":
+            col_schema, col, start, length = _column_of(schema, array)
+            size = PRIMITIVE_SIZES.get(col_schema.format)
+            if size is None or col.n_buffers != 2 or col_schema.dictionary:
+                raise NA(f"format {col_schema.format!r} is not a primitive type; the "
+                          "layout rules read primitive arrays")
+            address = (col.buffers[1] or 0) + start * size
+            try:        # the same structs, moved into asdlpack
+                dl = asdlpack(_shim("__arrow_c_array__", (_capsule(schema, b"arrow_schema"),
+                                                          _capsule(array, b"arrow_array"))))
+            except BufferError as e:
+                seen.append(f"{method}: {length} values at {address:#x}, asdlpack refuses "
+                            f"({str(e).split(';')[0]})")
                 continue
-            schema, array, release = self.column(method=method)
-            try:
-                col_schema, col, start, length = _column_of(schema, array)
-                size = PRIMITIVE_SIZES.get(col_schema.format)
-                if size is None or col.n_buffers != 2 or col_schema.dictionary:
-                    raise NA(f"format {col_schema.format!r} is not a primitive type; the "
-                              "layout rules read primitive arrays")
-                address = (col.buffers[1] or 0) + start * size
-                try:        # the same structs, moved into asdlpack
-                    dl = asdlpack(_shim("__arrow_c_array__", (_capsule(schema, b"arrow_schema"),
-                                                              _capsule(array, b"arrow_array"))))
-                except BufferError as e:
-                    seen.append(f"{method}: {length} values at {address:#x}, asdlpack refuses "
-                                f"({str(e).split(';')[0]})")
-                    continue
-                if length and (dl.data_ptr, dl.shape) != (address, (length,)):
-                    raise Fail(f"{method}: the column says ({length},) at {address:#x}; "
-                                f"asdlpack reads {dl.shape} at {dl.data_ptr:#x}")
-                seen.append(f"{method}: {length} values at {address:#x}")
-                base = base or (dl, size)
-            finally:
-                release()
-        if base is None:
-            return "; ".join(seen)
-        dl, size = base
-        if hasattr(self.obj, "__dlpack__"):
-            info = todict(self.obj)
-            if (info["data"] + info["byte_offset"], info["shape"]) != (dl.data_ptr, dl.shape):
-                raise Fail(f"__dlpack__ gives {info['shape']} at "
-                            f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
-                            f"{dl.shape} at {dl.data_ptr:#x}")
-            seen.append("__dlpack__ agrees")
-        n = dl.shape[0]
-        if callable(getattr(self.obj, "slice", None)) and n >= 3:
-            part = asdlpack(self.obj.slice(1, n - 2))
-            if (part.data_ptr, part.shape) != (dl.data_ptr + size, (n - 2,)):
-                raise Fail(f"slice(1, {n - 2}) reads as {part.shape} at {part.data_ptr:#x}; "
-                            f"expected ({n - 2},) at {dl.data_ptr + size:#x} (offset lost?)")
-            seen.append(f"slice(1, {n - 2}) at {part.data_ptr:#x}")
-        return "; ".join(seen)
-
-    def rule_arrow_nulls(self) -> str:
-        """null_count is the number of 0 validity bits in [offset, offset + length), or -1;
-        a NULL bitmap means no nulls; asdlpack refuses nulls naming fill_null."""
-        from dlpack import asdlpack
-
-        schema, array, release = self.column()
-        try:
-            schema, array, _, _ = _column_of(schema, array)
-            if PRIMITIVE_SIZES.get(schema.format) is None or array.n_buffers < 1:
-                raise NA(f"format {schema.format!r} is not a primitive type")
-            bitmap = array.buffers[0]
-            count = array.null_count
-            if not bitmap:
-                if count not in (0, -1):
-                    raise Fail(f"null_count = {count} with a NULL validity bitmap")
-                zeros = 0
-            else:
-                zeros = _zero_bits(bitmap, array.offset, array.length)
-                if count not in (-1, zeros):
-                    raise Fail(f"null_count = {count}, but {zeros} validity bits of [offset, "
-                                "offset + length) are 0")
+            if length and (dl.data_ptr, dl.shape) != (address, (length,)):
+                raise Fail(f"{method}: the column says ({length},) at {address:#x}; "
+                            f"asdlpack reads {dl.shape} at {dl.data_ptr:#x}")
+            seen.append(f"{method}: {length} values at {address:#x}")
+            base = base or (dl, size)
         finally:
             release()
-        if not zeros:
-            return f"null_count = {count}, {'no bitmap' if not bitmap else 'bitmap all set'}"
-        try:
-            asdlpack(self.obj)
-        except BufferError as e:
-            if "fill_null" not in str(e):
-                raise Fail(f"asdlpack refused the nulls without naming fill_null: {e}") \
-                    from None
-            return f"null_count = {count} matches the bitmap; asdlpack refuses, naming fill_null"
-        raise Fail(f"{zeros} nulls, and asdlpack accepted them")
+    if base is None:
+        return "; ".join(seen)
+    dl, size = base
+    if hasattr(producer.obj, "__dlpack__"):
+        info = todict(producer.obj)
+        if (info["data"] + info["byte_offset"], info["shape"]) != (dl.data_ptr, dl.shape):
+            raise Fail(f"__dlpack__ gives {info['shape']} at "
+                        f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
+                        f"{dl.shape} at {dl.data_ptr:#x}")
+        seen.append("__dlpack__ agrees")
+    n = dl.shape[0]
+    if callable(getattr(producer.obj, "slice", None)) and n >= 3:
+        part = asdlpack(producer.obj.slice(1, n - 2))
+        if (part.data_ptr, part.shape) != (dl.data_ptr + size, (n - 2,)):
+            raise Fail(f"slice(1, {n - 2}) reads as {part.shape} at {part.data_ptr:#x}; "
+                        f"expected ({n - 2},) at {dl.data_ptr + size:#x} (offset lost?)")
+        seen.append(f"slice(1, {n - 2}) at {part.data_ptr:#x}")
+    return "; ".join(seen)
 
+
+@arrow_rule("arrow-nulls")
+def arrow_nulls(producer: ArrowChecker) -> str:
+    """null_count is the number of 0 validity bits in [offset, offset + length), or -1;
+    a NULL bitmap means no nulls; asdlpack refuses nulls naming fill_null."""
+    from dlpack import asdlpack
+
+    schema, array, release = producer.column()
+    try:
+        schema, array, _, _ = _column_of(schema, array)
+        if PRIMITIVE_SIZES.get(schema.format) is None or array.n_buffers < 1:
+            raise NA(f"format {schema.format!r} is not a primitive type")
+        bitmap = array.buffers[0]
+        count = array.null_count
+        if not bitmap:
+            if count not in (0, -1):
+                raise Fail(f"null_count = {count} with a NULL validity bitmap")
+            zeros = 0
+        else:
+            zeros = _zero_bits(bitmap, array.offset, array.length)
+            if count not in (-1, zeros):
+                raise Fail(f"null_count = {count}, but {zeros} validity bits of [offset, "
+                            "offset + length) are 0")
+    finally:
+        release()
+    if not zeros:
+        return f"null_count = {count}, {'no bitmap' if not bitmap else 'bitmap all set'}"
+    try:
+        asdlpack(producer.obj)
+    except BufferError as e:
+        if "fill_null" not in str(e):
+            raise Fail(f"asdlpack refused the nulls without naming fill_null: {e}") \
+                from None
+        return f"null_count = {count} matches the bitmap; asdlpack refuses, naming fill_null"
+    raise Fail(f"{zeros} nulls, and asdlpack accepted them")

@@ -1,0 +1,233 @@
+# Limits, device kinds and the checked size arithmetic every reader, writer and allocator
+# shares; what several readers ask of a description (byte order, sequence snapshots, ml_dtypes
+# names).
+
+cdef enum:
+    INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
+    MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
+
+cdef enum Strides:           # what a reader left in dl.strides for _validate
+    STRIDES_ELEMENTS         # element strides (DLPack's unit)
+    STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
+    STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
+
+cdef inline bint _ndim_in_range(Py_ssize_t ndim) noexcept nogil:
+    return 0 <= ndim <= MAX_NDIM
+
+
+cdef int _check_dims(str protocol, str field, Py_ssize_t ndim, bint has_shape) except -1:
+    """The one rank rule of every description: 0 to MAX_NDIM dimensions, and a shape (not
+    NULL) unless there are none; ``field`` names the rank as the protocol does."""
+    if not _ndim_in_range(ndim):
+        raise Refusal(f"{protocol}: field '{field}' = {ndim} is out of range "
+                      f"(0 to {MAX_NDIM})")
+    if ndim > 0 and not has_shape:
+        raise Refusal(f"{protocol}: field 'shape' is NULL for {field} = {ndim}")
+    return 0
+
+
+# Devices whose memory the CPU can read and write directly.
+cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
+    return (device_type == kDLCPU or device_type == kDLCUDAHost
+            or device_type == kDLCUDAManaged or device_type == kDLROCMHost)
+
+cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
+    return (device_type == kDLCUDA or device_type == kDLCUDAHost
+            or device_type == kDLCUDAManaged)
+
+cdef inline bint _known_device(int32_t device_type) noexcept nogil:
+    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
+    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
+
+
+cdef int _unknown_device(str protocol, DLDevice dev) except -1:
+    raise Refusal(f"{protocol}: field 'device' = ({dev.device_type}, {dev.device_id}): "
+                  f"{dev.device_type} is not a device type DLPack {DLPACK_MAJOR}."
+                  f"{DLPACK_MINOR} names; upgrade pydlpack if the producer speaks a newer "
+                  "DLPack")
+
+
+cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
+cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
+cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
+
+
+cdef object _device_tuple(DLDevice dev):
+    if dev.device_type == kDLCPU and dev.device_id == 0:
+        return _CPU0
+    return (_DEVICE_TYPES.get(dev.device_type, dev.device_type), dev.device_id)
+
+
+cdef str _device_name(DLDevice dev):
+    d = _DEVICE_TYPES.get(dev.device_type)
+    return f"{d.name if d is not None else dev.device_type}:{dev.device_id}"
+
+
+# -- sizes: the checked arithmetic every reader, exporter and allocator shares ------------------
+
+cdef enum SizeError:
+    SIZE_OK = 0
+    SIZE_NO_BITS            # bits or lanes is 0
+    SIZE_PADDED_WIDE        # IS_SUBBYTE_TYPE_PADDED on a type of a byte or more
+    SIZE_ODD_BITS           # wider than a byte but not a whole number of bytes
+    SIZE_NEGATIVE           # a negative extent
+    SIZE_OVERFLOW           # element count or byte size beyond int64
+
+
+cdef SizeError _item_storage(DLDataType dtype, bint padded, int64_t *itemsize,
+                             bint *packed) noexcept nogil:
+    """Bytes per element (1 for packed sub-byte types, which set packed)."""
+    cdef int64_t ebits = <int64_t>dtype.bits * dtype.lanes
+    packed[0] = False
+    if ebits == 0:
+        return SIZE_NO_BITS
+    if padded:
+        if dtype.bits >= 8:
+            return SIZE_PADDED_WIDE
+        itemsize[0] = dtype.lanes
+    elif ebits % 8 == 0:
+        itemsize[0] = ebits // 8
+    elif ebits < 8:
+        itemsize[0] = 1
+        packed[0] = True
+    else:
+        return SIZE_ODD_BITS
+    return SIZE_OK
+
+
+cdef SizeError _element_count(int ndim, const int64_t *shape, int64_t *count) noexcept nogil:
+    """Number of elements; the nonzero extents' product must fit too (it sizes C strides)."""
+    cdef int i
+    cdef int64_t c = 1
+    cdef bint empty = False
+    for i in range(ndim):
+        if shape[i] < 0:
+            return SIZE_NEGATIVE
+        if shape[i] == 0:
+            empty = True
+        elif _mul_ovf(c, shape[i], &c):
+            return SIZE_OVERFLOW
+    count[0] = 0 if empty else c
+    return SIZE_OK
+
+
+cdef SizeError _byte_size(int64_t count, DLDataType dtype, int64_t itemsize, bint packed,
+                          int64_t *nbytes) noexcept nogil:
+    """Bytes that count elements occupy (packed sub-byte types rounded up to a byte)."""
+    cdef int64_t bits
+    if packed:
+        if _mul_ovf(count, <int64_t>dtype.bits * dtype.lanes, &bits):
+            return SIZE_OVERFLOW
+        nbytes[0] = bits // 8 + (bits % 8 != 0)
+    elif _mul_ovf(count, itemsize, nbytes):
+        return SIZE_OVERFLOW
+    return SIZE_OK
+
+
+cdef inline void _c_strides(int ndim, const int64_t *shape, int64_t *out) noexcept nogil:
+    """C-contiguous element strides (zero extents count as 1, as NumPy's do)."""
+    cdef int i
+    cdef int64_t s = 1
+    for i in range(ndim - 1, -1, -1):
+        out[i] = s
+        if shape[i] > 1:
+            s *= shape[i]        # cannot wrap: _element_count bounded the nonzero product
+
+
+cdef inline bint _span_of(int ndim, const int64_t *shape, const int64_t *strides,
+                          int64_t itemsize, int64_t *lo, int64_t *hi) noexcept nogil:
+    """Lowest and one-past-highest byte offset from data that the elements of a non-empty
+    array occupy; True when a step, either end or their distance overflows int64."""
+    cdef int i
+    cdef int64_t step, end
+    lo[0] = 0
+    hi[0] = 0
+    for i in range(ndim):
+        if (_mul_ovf(shape[i] - 1, strides[i], &step) or _mul_ovf(step, itemsize, &step)
+                or (_add_ovf(lo[0], step, lo) if step < 0 else _add_ovf(hi[0], step, hi))):
+            return True
+    return _add_ovf(hi[0], itemsize, hi) or _sub_ovf(hi[0], lo[0], &end)
+
+
+cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=None):
+    name = _types.dtype(t.code, t.bits, t.lanes).name
+    if err == SIZE_NO_BITS:
+        return (f"{protocol}: field 'dtype' = {name} has bits={t.bits}, lanes={t.lanes}; "
+                "both must be positive")
+    if err == SIZE_PADDED_WIDE:
+        return (f"{protocol}: field 'flags' has IS_SUBBYTE_TYPE_PADDED for the {t.bits}-bit "
+                f"type {name}; padding applies only to types narrower than a byte")
+    if err == SIZE_ODD_BITS:
+        return (f"{protocol}: field 'dtype' = {name} (bits={t.bits}, lanes={t.lanes}) is not a "
+                "whole number of bytes; only types narrower than a byte may be packed")
+    if err == SIZE_NEGATIVE:
+        return f"{protocol}: field 'shape' = {shape} has a negative extent"
+    return (f"{protocol}: field 'shape' = {shape} has more elements of {name} than memory can "
+            "hold (the byte size overflows 64 bits)")
+
+
+# -- what several readers ask of a description ------------------------------------------------
+
+cdef inline bint _native_order(char order) noexcept nogil:
+    cdef int one = 1
+    cdef bint little = (<char *>&one)[0] == 1
+    if order == b'>' or order == b'!':
+        return not little
+    if order == b'<':
+        return little
+    return True
+
+
+cdef tuple _ai_sequence(str protocol, str field, object value):
+    """A snapshot of a shape or strides sequence (tuple or list): its own storage, as NumPy
+    reads a shape (a subclass's __iter__, __len__ or __getitem__ does not run)."""
+    if isinstance(value, tuple):
+        return PyTuple_GetSlice(value, 0, PyTuple_GET_SIZE(value))
+    if isinstance(value, list):
+        return PyList_AsTuple(value)
+    raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
+
+
+cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from
+cdef dict _ml_types = {}        # id(ml_dtypes scalar type) -> (that type, its name)
+
+
+cdef str _ml_name(object obj, str typestr):
+    """The ml_dtypes type behind a 'V' typestr (or 'f1', float8_e5m2's, in any spelling), or None.
+
+    Only a real dtype object says it: obj.dtype must be a numpy.dtype whose scalar type *is*
+    ml_dtypes' (by identity). A name alone (a structured field called 'bfloat16', a descr, a
+    dtype look-alike) is not a type; docs/spec.md §3.7.
+    """
+    global _ml_module
+    cdef Py_ssize_t i, n = len(typestr)
+    if n < 3:
+        return None
+    if typestr[1] == "f":                   # 'f1', 'f01'...: float8_e5m2's; 'f4' is float32
+        if typestr[n - 1] != "1":
+            return None
+        for i in range(2, n - 1):
+            if typestr[i] != "0":
+                return None
+    elif typestr[1] != "V":
+        return None
+    ml = sys.modules.get("ml_dtypes")
+    np = sys.modules.get("numpy")
+    if ml is None or np is None:
+        return None
+    try:
+        dt = obj.dtype
+        if not isinstance(dt, np.dtype):
+            return None
+        scalar = dt.type
+    except Exception:
+        return None           # no dtype to ask: the typestr alone says opaque bytes
+    if ml is not _ml_module:
+        _ml_types.clear()
+        for name in _types.ML_DTYPES:
+            t = getattr(ml, name, None)
+            if isinstance(t, type):
+                _ml_types[id(t)] = (t, name)
+        _ml_module = ml
+    hit = _ml_types.get(id(scalar))
+    return hit[1] if hit is not None and hit[0] is scalar else None

@@ -1,0 +1,85 @@
+# Declarations every included file shares: the cimports and the C functions and macros they
+# call. A .pxi declares nothing another file uses; C helpers private to one file (an
+# `extern from *` block with its code) stay in that file.
+
+cimport cython
+from cpython.buffer cimport (
+    PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_FORMAT, PyBUF_ND,
+    PyBUF_FULL_RO, PyBUF_SIMPLE, PyBUF_STRIDES, PyBUF_WRITABLE, PyBuffer_Release,
+    PyObject_CheckBuffer, PyObject_GetBuffer,
+)
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.list cimport PyList_AsTuple, PyList_Check, PyList_GET_SIZE, PyList_GetSlice
+from cpython.number cimport PyNumber_Index
+from cpython.pycapsule cimport (
+    PyCapsule_CheckExact, PyCapsule_Destructor, PyCapsule_GetName, PyCapsule_GetPointer,
+    PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
+)
+from cpython.pythread cimport (
+    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_release_lock,
+    PyThread_type_lock,
+)
+from cpython.ref cimport Py_INCREF, PyObject
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
+from libc.errno cimport EINVAL, ENOMEM
+from libc.stdint cimport (
+    INT32_MAX, INT64_MAX, int32_t, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t,
+)
+from libc.stdio cimport snprintf
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcmp, memcpy, memset, strcmp
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+from dlpack._abi cimport *
+
+import ctypes as _ctypes
+import pickle as _pickle
+import sys
+from collections.abc import Mapping as _Mapping
+
+from dlpack import _types
+from dlpack._types import DLDeviceType, Refusal
+
+cdef extern from "Python.h":
+    int Py_IsInitialized() nogil
+    enum:
+        Py_TPFLAGS_HEAPTYPE
+    ctypedef int PyGILState_STATE
+    PyGILState_STATE PyGILState_Ensure() nogil
+    void PyGILState_Release(PyGILState_STATE) nogil
+    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
+    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
+    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+    # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
+    void *_capsule_pointer "PyCapsule_GetPointer"(object, const char *) noexcept
+    const char *_capsule_name "PyCapsule_GetName"(object) noexcept   # our capsules: valid
+    PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
+    object PyObject_Vectorcall(object, PyObject **, size_t, PyObject *)
+    int PyErr_CheckSignals() except -1
+    char *PyBytes_AS_STRING(object)
+    Py_ssize_t PyBytes_GET_SIZE(object)
+
+cdef enum:                          # NumPy's array flags (ndarray.flags, PyArrayInterface.flags)
+    NPY_ALIGNED = 0x100
+    NPY_NOTSWAPPED = 0x200
+    NPY_WRITEABLE = 0x400
+
+cdef extern from "string.h":
+    size_t strnlen(const char *, size_t) nogil
+
+cdef extern from *:
+    """
+    static inline int dlpk_mul(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_mul_overflow(a, b, out);
+    }
+    static inline int dlpk_add(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_add_overflow(a, b, out);
+    }
+    static inline int dlpk_sub(int64_t a, int64_t b, int64_t *out) {
+        return __builtin_sub_overflow(a, b, out);
+    }
+    """
+    bint _mul_ovf "dlpk_mul"(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    bint _add_ovf "dlpk_add"(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    bint _sub_ovf "dlpk_sub"(int64_t a, int64_t b, int64_t *out) noexcept nogil

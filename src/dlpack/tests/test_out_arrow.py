@@ -1,0 +1,284 @@
+"""Consumer side: the Arrow PyCapsule interface out (spec §13): the structs a DLPackObject hands
+out, and real Arrow consumers (PyArrow, Polars, nanoarrow, arro3) reading them zero-copy."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+import weakref
+
+import pytest
+
+from dlpack import asdlpack
+from dlpack.tests import arrow_producers as ap
+from dlpack.tests.helpers import collected, lib
+from dlpack.tools.check_arrow import (
+    ArrowArray,
+    ArrowDeviceArray,
+    ArrowDeviceArrayStream,
+    ArrowSchema,
+    struct_of,
+)
+
+_RENAMES = (b"arrow_array", b"arrow_schema", b"arrow_array_stream", b"renamed")  # kept alive
+
+
+# -- the structs a DLPackObject hands out ------------------------------------------------------
+
+def _array(dl, method="__arrow_c_array__"):
+    schema, array = getattr(dl, method)()
+    s = struct_of(schema, b"arrow_schema")
+    a = struct_of(array, b"arrow_array" if method == "__arrow_c_array__" else
+                  b"arrow_device_array")
+    return (schema, array), s, a if method == "__arrow_c_array__" else a.array
+
+
+def test_export_primitive_fields():
+    import array as stdlib_array
+
+    src = stdlib_array.array("f", [1, 2, 3])
+    dl = asdlpack(src)
+    _keep, s, a = _array(dl)
+    assert (s.format, s.name, s.metadata, s.n_children) == (b"f", b"", None, 0)
+    assert (a.length, a.null_count, a.offset, a.n_buffers, a.n_children) == (3, 0, 0, 2, 0)
+    assert (a.buffers[0], a.buffers[1]) == (None, dl.data_ptr)
+    (_, device), _, _ = _array(dl, "__arrow_c_device_array__")
+    d = struct_of(device, b"arrow_device_array")
+    assert (d.device_type, d.device_id, d.sync_event) == (1, -1, None)
+
+
+def _metadata(address: int) -> dict[bytes, bytes]:
+    """Arrow's binary metadata read field by field (never past its end)."""
+    def int32(at: int) -> int:
+        return struct.unpack("=i", ctypes.string_at(at, 4))[0]
+
+    pairs, at = {}, address + 4
+    for _ in range(int32(address)):
+        klen = int32(at)
+        key = ctypes.string_at(at + 4, klen)
+        at += 4 + klen
+        vlen = int32(at)
+        pairs[key] = ctypes.string_at(at + 4, vlen)
+        at += 4 + vlen
+    return pairs
+
+
+def test_export_tensor_and_bool8_fields():
+    _keep, s, a = _array(asdlpack(memoryview(bytearray(24)).cast("B", (2, 3, 4))))
+    assert s.format == b"+w:12" and s.children[0].contents.format == b"C"
+    assert s.children[0].contents.name == b"item"
+    assert _metadata(s.metadata) == {b"ARROW:extension:name": b"arrow.fixed_shape_tensor",
+                                     b"ARROW:extension:metadata": b'{"shape":[3,4]}'}
+    assert (a.length, a.n_buffers, a.n_children) == (2, 1, 1)
+    child = a.children[0].contents
+    assert (child.length, child.n_buffers, child.buffers[0]) == (24, 2, None)
+    _keep, s, a = _array(asdlpack(memoryview(b"\x01\x00\x01").cast("?")))
+    assert s.format == b"c" and _metadata(s.metadata) == {
+        b"ARROW:extension:name": b"arrow.bool8", b"ARROW:extension:metadata": b""}
+
+
+def test_export_release_callbacks_idempotent_and_hold_the_data():
+    dl = asdlpack(bytearray(b"abcd"))
+    ref = weakref.ref(dl)
+    schema, array = dl.__arrow_c_array__()
+    moved = ArrowArray()                    # a consumer moves the struct out of the capsule
+    src = struct_of(array, b"arrow_array")
+    ctypes.memmove(ctypes.addressof(moved), ctypes.addressof(src), ctypes.sizeof(ArrowArray))
+    src.release = type(src.release)()
+    del dl, array, src
+    assert not collected(ref)               # the moved struct holds the DLPackObject
+    release = ap.callback(moved.release)      # a copy: the field is set to NULL by the call
+    release(moved)
+    assert not moved.release and collected(ref)
+    release(moved)                          # a second call finds release NULL: nothing
+    s = struct_of(schema, b"arrow_schema")
+    release = ap.callback(s.release)
+    release(s)
+    release(s)
+    assert not s.release
+
+
+def test_export_unconsumed_capsules_free_everything():
+    dl = asdlpack(bytearray(8))
+    ref = weakref.ref(dl)
+    caps = [dl.__arrow_c_array__(), dl.__arrow_c_stream__(), dl.__arrow_c_device_array__(),
+            dl.__arrow_c_device_stream__(), dl.__arrow_c_schema__()]
+    del dl
+    assert not collected(ref)
+    del caps
+    assert collected(ref)
+
+
+def test_export_stream_protocol():
+    dl = asdlpack(memoryview(bytearray(range(12))).cast("B", (3, 4)))
+    ref = weakref.ref(dl)
+    cap = dl.__arrow_c_stream__()
+    st = struct_of(cap, b"arrow_array_stream")
+    s1, s2, a, end = ArrowSchema(), ArrowSchema(), ArrowArray(), ArrowArray()
+    assert st.get_schema(st, s1) == 0 and st.get_schema(st, s2) == 0
+    assert s1.format == s2.format == b"+w:4" and ctypes.addressof(s1) != ctypes.addressof(s2)
+    assert st.get_next(st, a) == 0 and a.release and a.length == 3
+    assert st.get_next(st, end) == 0 and not end.release
+    st.release(st)                          # the chunk outlives the stream
+    assert not st.release
+    del dl
+    assert not collected(ref)
+    assert a.children[0].contents.buffers[1] == ctypes.addressof(ctypes.c_char.from_buffer(
+        ref().base))
+    for x in (s1, s2, a):
+        x.release(x)
+    assert collected(ref)
+
+
+def test_export_device_stream_protocol():
+    dl = asdlpack(bytearray(4))
+    cap = dl.__arrow_c_device_stream__()
+    st = struct_of(cap, b"arrow_device_array_stream")
+    assert st.device_type == 1
+    a, end = ArrowDeviceArray(), ArrowDeviceArray()
+    assert st.get_next(st, a) == 0 and (a.device_type, a.device_id, a.sync_event) == (1, -1, None)
+    assert st.get_next(st, end) == 0 and not end.array.release
+    a.array.release(a.array)
+    st.release(st)
+    assert isinstance(st, ArrowDeviceArrayStream) and isinstance(end, ArrowDeviceArray)
+
+
+def test_export_capsules_renamed_are_freed_as_what_they_were_made():
+    """A capsule renamed before it is dropped is still freed as the struct it holds (one
+    destructor per struct kind, as for DLPack capsules: issue 18, class 8)."""
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    dl = asdlpack(bytearray(16))
+    ref = weakref.ref(dl)
+    schema, array = dl.__arrow_c_array__()
+    stream = dl.__arrow_c_stream__()
+    del dl
+    for capsule, name in zip((schema, array, stream), _RENAMES[:3], strict=True):
+        assert set_name(capsule, name) == 0
+    dl_schema = asdlpack(b"ab").__arrow_c_schema__()
+    assert set_name(dl_schema, _RENAMES[3]) == 0
+    del schema, array, stream, dl_schema, capsule
+    assert collected(ref)                   # the array and the stream released their holds
+
+
+def test_export_released_on_another_thread_without_the_gil():
+    dl = asdlpack(bytearray(64))
+    ref = weakref.ref(dl)
+    _, array = dl.__arrow_c_array__()
+    moved = ArrowArray()
+    src = struct_of(array, b"arrow_array")
+    ctypes.memmove(ctypes.addressof(moved), ctypes.addressof(src), ctypes.sizeof(ArrowArray))
+    src.release = type(src.release)()
+    del dl, array, src
+    # a CFUNCTYPE call releases the GIL: the callback takes it to drop the DLPackObject
+    t = threading.Thread(target=ap.callback(moved.release), args=(moved,))
+    t.start()
+    t.join()
+    assert collected(ref)
+
+
+def test_export_stream_used_from_another_thread():
+    dl = asdlpack(bytearray(range(4)))
+    cap = dl.__arrow_c_stream__()
+    st = struct_of(cap, b"arrow_array_stream")
+    out = ArrowArray()
+    t = threading.Thread(target=ap.callback(st.get_next), args=(st, out))
+    t.start()
+    t.join()
+    assert out.length == 4
+    out.release(out)
+    st.release(st)
+
+
+# -- real consumers -----------------------------------------------------------------------------
+
+def _consumers():
+    out = {}
+    pa = pytest.importorskip("pyarrow")
+    out["pyarrow"] = (pa.array, lambda r: r.buffers()[1].address)
+    for name, mod, make in [
+            ("polars", "polars", lambda m: m.Series), ("pl.from_arrow", "polars",
+                                                         lambda m: m.from_arrow),
+            ("nanoarrow", "nanoarrow", lambda m: m.Array),
+            ("na.c_array", "nanoarrow", lambda m: m.c_array),
+            ("arro3", "arro3.core", lambda m: m.Array.from_arrow)]:
+        try:
+            m = __import__(mod, fromlist=["_"])
+        except ImportError:
+            continue
+        out[name] = (make(m), lambda r: asdlpack(r).data_ptr)
+    out["pyarrow.chunked"] = (pa.chunked_array, lambda r: r.chunk(0).buffers()[1].address)
+    return out
+
+
+@pytest.mark.parametrize("name", ["int8", "uint16", "int32", "int64", "float16", "float32",
+                                  "float64", "bool"])
+def test_torch_to_arrow_consumers_zero_copy(name):
+    torch = lib("torch")
+    t = torch.arange(6).to(getattr(torch, name)) if name != "bool" else torch.tensor(
+        [True, False, True])
+    for consumer, (make, address) in _consumers().items():
+        dl = asdlpack(t)
+        got = make(dl)
+        assert address(got) == t.data_ptr(), consumer          # the Arrow path, not iteration
+        back = torch.from_dlpack(asdlpack(got))
+        assert torch.equal(back, t), consumer
+
+
+def test_numpy_tensor_to_pyarrow_fixed_shape_tensor():
+    np = lib("numpy")
+    pa = lib("pyarrow")
+    x = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    arr = pa.array(asdlpack(x))
+    assert arr.type.shape == [3, 4]
+    back = arr.to_numpy_ndarray()
+    assert np.array_equal(back, x) and back.ctypes.data == x.ctypes.data
+    assert pa.array(asdlpack(np.float32(2.5))).to_pylist() == [2.5]     # 0-d: one value
+
+
+def test_writes_through_the_tensor_show_in_arrow():
+    torch = lib("torch")
+    pa = lib("pyarrow")
+    t = torch.zeros(4)
+    arr = pa.array(asdlpack(t))
+    t[2] = 7
+    assert arr.to_pylist() == [0, 0, 7, 0]
+
+
+def test_arrow_consumer_keeps_the_tensor_alive():
+    torch = lib("torch")
+    pa = lib("pyarrow")
+    t = torch.arange(1000.0)
+    dl = asdlpack(t)
+    ref = weakref.ref(dl)
+    arr = pa.array(dl)
+    del dl, t
+    assert not collected(ref)
+    assert arr[999].as_py() == 999.0
+    del arr
+    assert collected(ref)
+
+
+def test_requested_schema_negotiation():
+    pa = lib("pyarrow")
+    np = lib("numpy")
+    dl = asdlpack(np.ones((2, 3), np.float32))
+    assert pa.array(dl, type=pa.list_(pa.float32(), 3)).type == pa.list_(pa.float32(), 3)
+    with pytest.raises(BufferError, match="does not cast"):
+        pa.array(dl, type=pa.list_(pa.float64(), 3))
+    b = asdlpack(np.array([True, False]))
+    assert pa.array(b, type=pa.int8()).to_pylist() == [1, 0]
+    with pytest.raises(BufferError, match="does not cast"):
+        pa.array(asdlpack(np.arange(3.0)), type=pa.float32())
+
+
+def test_jax_to_polars_values():
+    jnp = lib("jax.numpy")
+    pl = lib("polars")
+    x = jnp.arange(8, dtype=jnp.float32) * 3
+    s = pl.Series(asdlpack(x))
+    assert s.to_list() == [3.0 * i for i in range(8)]
+    assert s.dtype == pl.Float32
+
+
