@@ -72,7 +72,7 @@ cdef class DLPackObject:
     cdef int64_t _itemsize
     cdef int64_t _inline[2 * INLINE_DIMS]
     cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
-    cdef Py_buffer _view                # the provider's buffer, when one was taken
+    cdef HeldBuffer _view               # the provider's buffer, when one was taken
     cdef bint _has_view
     cdef void *_managed                 # the provider's DLPack struct we own, if any
     cdef bint _managed_versioned
@@ -113,7 +113,7 @@ cdef class DLPackObject:
         """Give the provider's buffer back (on death, or at once when a reader refuses it)."""
         if self._has_view:
             self._has_view = False
-            PyBuffer_Release(&self._view)
+            PyBuffer_Release(<Py_buffer *>&self._view)
 
     # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 

@@ -86,7 +86,7 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
     except TypeError:
         raise Refusal(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
     try:
-        PyObject_GetBuffer(source, &self._view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(source, <Py_buffer *>&self._view, PyBUF_SIMPLE)
     except (BufferError, TypeError, ValueError) as e:
         raise Refusal(f"{protocol}: field 'data' = {type(source).__name__} object gives no "
                       "C-contiguous buffer; pass a contiguous one or an (address, readonly) "

@@ -119,7 +119,7 @@ cdef DLPackObject _from_bytes(object obj):
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
     cdef DLPackObject r = _new_object()
-    cdef Py_buffer *v = &r._view
+    cdef Py_buffer *v = <Py_buffer *>&r._view
     cdef int i
     try:
         PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
@@ -136,7 +136,7 @@ cdef DLPackObject _from_buffer(object obj):
 
 
 cdef int _read_buffer(DLPackObject self, object obj) except -1:
-    cdef Py_buffer *v = &self._view
+    cdef Py_buffer *v = <Py_buffer *>&self._view
     cdef int i
     _format_dtype(v.format, v.itemsize, &self.dl.dtype)
     _check_dims("buffer protocol", "ndim", v.ndim, v.shape != NULL)

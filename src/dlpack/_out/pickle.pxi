@@ -127,7 +127,7 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
         r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
         r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
     try:
-        PyObject_GetBuffer(data, &r._view, PyBUF_SIMPLE)
+        PyObject_GetBuffer(data, <Py_buffer *>&r._view, PyBUF_SIMPLE)
     except (TypeError, BufferError, ValueError) as e:
         raise Refusal(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
                       f"buffer: {e}") from None

@@ -215,3 +215,27 @@ def _cuda_lanes(ptr):
     m.dl_tensor.data = ptr
     KEEP.append(m)
     return capsule(ctypes.addressof(m), b"dltensor_versioned")
+
+
+def test_gc_of_a_cycle_releases_the_held_buffer_before_its_exporter_dies():
+    """A view in a garbage cycle (a traceback's frame holding it and its bytearray) gives the
+    buffer back before the bytearray can die: clearing the cycle must not drop the export's
+    reference without releasing it ("deallocated bytearray object has exported buffers")."""
+    code = textwrap.dedent("""
+        import gc, sys
+        from dlpack import asdlpack
+        def make():
+            data = bytearray(range(40))
+            views = [asdlpack(data), asdlpack(memoryview(data)),
+                     asdlpack(data, allow_legacy_readonly=True)]
+            raise RuntimeError
+        for _ in range(3):
+            try:
+                make()
+            except RuntimeError as e:
+                e.cycle = e
+            gc.collect()
+        sys.stderr.flush()
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "exported buffers" not in run.stderr, run.stderr
