@@ -28,13 +28,15 @@ asan_rt=$(gcc -print-file-name=libasan.so)
 # allocator_may_return_null: sizes no machine has (2**61 bytes) must give NULL -> MemoryError,
 # the path the corpus checks, instead of ASan's "allocation-size-too-big" abort.
 status=0
+# Deselected: the checker's test that probes a lying producer's bitmap past its allocation
+# with write(2) (EFAULT where unmapped): ASan's write interceptor reports that probe, by design.
 (
     cd "$(mktemp -d)"         # an empty directory: nothing there shadows a module (/tmp/ray…)
     LD_PRELOAD="$asan_rt" PYTHONMALLOC=malloc \
     ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$logs/asan" \
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan" \
         python -m pytest -q -p no:cacheprovider --pyargs dlpack.tests \
-            -k "not leak and not no_growth"
+            -k "not leak and not no_growth and not bitmap_past_the_memory"
 ) || status=$?
 
 # A report is an ASan/UBSan error or summary; ASan's warnings (a NULL from an allocation too
