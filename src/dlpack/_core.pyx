@@ -305,10 +305,8 @@ cdef class DLPackObject:
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export as a DLPack capsule (array API signature); each call gives a new capsule."""
-        _check_made(self)
-        return _dlpack_export(self, stream, max_version, dl_device, copy)
+    # __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) is installed
+    # below the class: a fast-call method (_out/dlpack.pxi), as every consumer calls it.
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         _check_made(self)
@@ -350,6 +348,9 @@ cdef class DLPackObject:
         """Data on any device as an "arrow_device_array_stream" capsule of one chunk."""
         return _arrow_stream_export(self, requested_schema, kwargs, True,
                                     "__arrow_c_device_stream__")
+
+
+_install_dlpack_method(DLPackObject)
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):

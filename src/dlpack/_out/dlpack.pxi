@@ -4,13 +4,109 @@
 # The export block, its deleters and the capsule destructors live in _own.pxi.
 
 
+cdef extern from *:
+    """
+    /* __dlpack__(*, stream, max_version, dl_device, copy) as a METH_FASTCALL | METH_KEYWORDS
+       method: every consumer calls it with keywords, which are matched here by identity with
+       the interned names (then by value), with no argument tuple or dict made. */
+    static PyObject *dlpk_dlpack_names[4];
+    static PyObject *(*dlpk_dlpack_body)(PyObject *, PyObject *, PyObject *, PyObject *,
+                                         PyObject *);
+    static PyObject *dlpk_dlpack_method(PyObject *self, PyObject *const *args,
+                                        Py_ssize_t nargs, PyObject *kwnames) {
+        PyObject *given[4] = {NULL, NULL, NULL, NULL};
+        Py_ssize_t i, n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+        int j;
+        if (nargs != 0) {
+            PyErr_Format(PyExc_TypeError, "__dlpack__() takes no positional arguments "
+                         "(%zd given); pass stream=, max_version=, dl_device=, copy=", nargs);
+            return NULL;
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+            for (j = 0; j < 4 && key != dlpk_dlpack_names[j]; j++)
+                ;
+            if (j == 4) {
+                for (j = 0; j < 4; j++) {
+                    int eq = PyUnicode_Check(key) ? PyUnicode_Compare(key, dlpk_dlpack_names[j])
+                                                  : -1;
+                    if (eq == -1 && PyErr_Occurred())
+                        return NULL;
+                    if (eq == 0)
+                        break;
+                }
+            }
+            if (j == 4) {
+                PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument "
+                             "%R; it takes stream, max_version, dl_device and copy", key);
+                return NULL;
+            }
+            if (given[j] != NULL) {
+                PyErr_Format(PyExc_TypeError, "__dlpack__() got multiple values for argument "
+                             "%R", key);
+                return NULL;
+            }
+            given[j] = args[i];
+        }
+        return dlpk_dlpack_body(self, given[0] ? given[0] : Py_None,
+                                given[1] ? given[1] : Py_None, given[2] ? given[2] : Py_None,
+                                given[3] ? given[3] : Py_None);
+    }
+    static PyMethodDef dlpk_dlpack_def = {
+        "__dlpack__", (PyCFunction)(void (*)(void))dlpk_dlpack_method,
+        METH_FASTCALL | METH_KEYWORDS,
+        "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\\n"
+        "--\\n\\n"
+        "Export as a DLPack capsule (array API signature); each call gives a new capsule."};
+    /* Whether an int (exact type, checked by the caller) is >= 1, without a call. */
+    static inline int dlpk_at_least_one(PyObject *v) {
+        int overflow;
+        long x = PyLong_AsLongAndOverflow(v, &overflow);
+        return overflow > 0 || (overflow == 0 && x >= 1);
+    }
+    /* Add a method to an extension type made by this module (a static, non-builtin type:
+       its tp_dict is its own on every Python version). */
+    static int dlpk_add_method(PyTypeObject *t, PyMethodDef *def) {
+        PyObject *method = PyDescr_NewMethod(t, def);
+        int rc = method == NULL ? -1 : PyDict_SetItemString(t->tp_dict, def->ml_name, method);
+        Py_XDECREF(method);
+        PyType_Modified(t);
+        return rc;
+    }
+    """
+    PyObject *_dlpack_names "dlpk_dlpack_names"[4]
+    object (*_dlpack_body "dlpk_dlpack_body")(object, object, object, object, object)
+    ctypedef struct PyMethodDef:
+        const char *ml_name
+    PyMethodDef _dlpack_def "dlpk_dlpack_def"
+    int _add_method "dlpk_add_method"(type, PyMethodDef *) except -1
+    bint _at_least_one "dlpk_at_least_one"(object) noexcept
+
+
+cdef object _dlpack_method(object self, object stream, object max_version, object dl_device,
+                           object copy):
+    """__dlpack__'s body (the method descriptor checked that self is a DLPackObject)."""
+    _check_made(<DLPackObject>self)
+    return _dlpack_export(<DLPackObject>self, stream, max_version, dl_device, copy)
+
+
+cdef int _install_dlpack_method(type cls) except -1:
+    """Put __dlpack__ (the fast-call method above) into cls's dict, at import."""
+    global _dlpack_body
+    cdef int i
+    for i, name in enumerate(("stream", "max_version", "dl_device", "copy")):
+        _dlpack_names[i] = <PyObject *>name          # interned literals: alive for good
+    _dlpack_body = _dlpack_method
+    return _add_method(cls, &_dlpack_def)
+
+
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
     cdef bint versioned = self._plain_versioned
     cdef void *block
-    if (type(max_version) is tuple and len(<tuple>max_version) == 2
+    if (type(max_version) is tuple and PyTuple_GET_SIZE(max_version) == 2
             and type((<tuple>max_version)[0]) is int and type((<tuple>max_version)[1]) is int):
-        versioned = (<tuple>max_version)[0] >= 1        # what every consumer passes: no calls
+        versioned = _at_least_one((<tuple>max_version)[0])  # what every consumer passes
     elif max_version is not None:
         try:
             major, minor = max_version

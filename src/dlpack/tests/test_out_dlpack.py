@@ -27,6 +27,28 @@ def test_bad_max_version():
         asdlpack(bytearray(1)).__dlpack__(max_version=3)
 
 
+def test_dlpack_takes_the_array_api_keywords_and_nothing_else():
+    """__dlpack__ is a fast-call method: keywords matched by identity, then by value."""
+    import inspect
+
+    dl = asdlpack(bytearray(b"abcd"))
+    assert str(inspect.signature(type(dl).__dlpack__)) == (
+        "(self, /, *, stream=None, max_version=None, dl_device=None, copy=None)")
+    assert "DLPack capsule" in type(dl).__dlpack__.__doc__
+    built = {"".join(["max_", "version"]): (1, 0), "".join(["co", "py"]): None,
+             "".join(["dl_", "device"]): (1, 0), "".join(["str", "eam"]): None}
+    assert '"dltensor_versioned"' in repr(dl.__dlpack__(**built))      # not interned: by value
+    assert '"dltensor_versioned"' in repr(dl.__dlpack__(max_version=(2**80, 0)))
+    with pytest.raises(TypeError, match="no positional arguments"):
+        dl.__dlpack__(None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'maxversion'"):
+        dl.__dlpack__(maxversion=(1, 0))
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        dl.__dlpack__(**{"max_version\0": (1, 0)})
+    with pytest.raises(TypeError, match="doesn't apply"):
+        type(dl).__dlpack__(bytearray(1))
+
+
 def test_readonly_travels_and_legacy_consumers_get_a_copy():
     tf = lib("tensorflow")
     b = b"abc"
