@@ -110,10 +110,29 @@ cdef class DLPackObject:
         free(self._pydims)
 
     cdef void _release_view(self) noexcept:
-        """Give the provider's buffer back (on death, or at once when a reader refuses it)."""
+        """Give the provider's buffer back (on death: see _hold_buffer)."""
         if self._has_view:
             self._has_view = False
             PyBuffer_Release(<Py_buffer *>&self._view)
+
+    cdef int _hold_buffer(self, object exporter, int flags, str protocol, str field,
+                          str way_out) except -1:
+        """Take exporter's buffer into _view, held until the object dies (a bytearray cannot
+        resize meanwhile). Every reader that takes one goes through here: nothing else
+        references the object until its reader returns it, so a reader that refuses drops
+        it and __dealloc__ gives the buffer back at once, before the refusal propagates (the
+        exporter may be in a cycle the GC clears later). Protocol, field and way out name the
+        refusal when the exporter gives no buffer."""
+        try:
+            PyObject_GetBuffer(exporter, <Py_buffer *>&self._view, flags)
+        except (BufferError, TypeError, ValueError) as e:
+            kind = ("C-contiguous buffer" if flags == PyBUF_SIMPLE
+                    else "buffer with strides and format")
+            where = f"field '{field}' = " if field else ""
+            raise Refusal(f"{protocol}: {where}{type(exporter).__name__} object gives no "
+                          f"{kind} ({type(e).__name__}: {e}){way_out}") from e
+        self._has_view = True
+        return 0
 
     # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 

@@ -119,19 +119,8 @@ cdef DLPackObject _from_bytes(object obj):
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
     cdef DLPackObject r = _new_object()
-    cdef Py_buffer *v = <Py_buffer *>&r._view
-    cdef int i
-    try:
-        PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
-    except (BufferError, TypeError, ValueError) as e:
-        raise Refusal(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
-                      f"strides and format: {type(e).__name__}: {e}") from e
-    r._has_view = True
-    try:
-        _read_buffer(r, obj)
-    except BaseException:
-        r._release_view()      # at once: the exporter may be in a cycle GC clears later
-        raise
+    r._hold_buffer(obj, PyBUF_FULL_RO, "buffer protocol", None, "")  # suboffsets too, to name them
+    _read_buffer(r, obj)
     return r
 
 
