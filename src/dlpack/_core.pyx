@@ -121,16 +121,19 @@ cdef class DLPackObject:
         resize meanwhile). Every reader that takes one goes through here: nothing else
         references the object until its reader returns it, so a reader that refuses drops
         it and __dealloc__ gives the buffer back at once, before the refusal propagates (the
-        exporter may be in a cycle the GC clears later). Protocol, field and way out name the
-        refusal when the exporter gives no buffer."""
+        exporter may be in a cycle the GC clears later).
+
+        When the exporter gives none, the refusal names protocol, field and way out; the
+        exporter's own words are added where the request leaves the reason open (strides and
+        format: NumPy's long double in non-native order, say), not to a C-contiguous one."""
         try:
             PyObject_GetBuffer(exporter, <Py_buffer *>&self._view, flags)
         except (BufferError, TypeError, ValueError) as e:
-            kind = ("C-contiguous buffer" if flags == PyBUF_SIMPLE
-                    else "buffer with strides and format")
             where = f"field '{field}' = " if field else ""
+            what = ("C-contiguous buffer" if flags == PyBUF_SIMPLE else
+                    f"buffer with strides and format: {type(e).__name__}: {e}")
             raise Refusal(f"{protocol}: {where}{type(exporter).__name__} object gives no "
-                          f"{kind} ({type(e).__name__}: {e}){way_out}") from e
+                          f"{what}{way_out}") from e
         self._has_view = True
         return 0
 
