@@ -166,6 +166,67 @@ cdef str _size_message(str protocol, SizeError err, DLDataType t, object shape=N
             "hold (the byte size overflows 64 bits)")
 
 
+# -- dtypes: C copies of _types' one table of widths per typekind, made at import ---------------
+
+cdef uint8_t _KIND_CODES[128]       # typekind -> DLPack type code
+cdef uint64_t _KIND_SIZES[128]      # bit n set: an n-byte item of that kind is a DLPack type
+# PEP 3118 format characters whose items are such a type: [Z][char] (Z: a complex of char) ->
+# its typekind (0: none), and [Z][char][standard]: its item size, native (@) or standard (= < >
+# !) as struct defines them (l and L differ where a C long is 8 bytes; ctypes writes '<l').
+cdef unsigned char _FORMAT_KINDS[2][128]
+cdef uint8_t _FORMAT_SIZES[2][128][2]
+
+
+cdef inline bint _kind_width(unsigned char kind, Py_ssize_t itemsize) noexcept nogil:
+    """Whether an itemsize-byte item of typekind kind is a DLPack type (_types._KIND_WIDTHS)."""
+    return kind < 128 and 0 < itemsize < 64 and (_KIND_SIZES[kind] >> itemsize) & 1
+
+
+cdef void _format_entry(bint cplx, unsigned char c, unsigned char kind, Py_ssize_t native,
+                        Py_ssize_t standard) noexcept:
+    """A format character whose items are a DLPack type at both its sizes."""
+    if _kind_width(kind, native) and _kind_width(kind, standard):
+        _FORMAT_KINDS[cplx][c] = kind
+        _FORMAT_SIZES[cplx][c][0] = <uint8_t>native
+        _FORMAT_SIZES[cplx][c][1] = <uint8_t>standard
+
+
+cdef int _fill_dtype_tables() except -1:
+    """The tables above: widths from _types, format characters' sizes from struct."""
+    memset(_KIND_CODES, 0, sizeof(_KIND_CODES))
+    memset(_KIND_SIZES, 0, sizeof(_KIND_SIZES))
+    memset(_FORMAT_KINDS, 0, sizeof(_FORMAT_KINDS))
+    memset(_FORMAT_SIZES, 0, sizeof(_FORMAT_SIZES))
+    for kind, code in _types._KIND_CODE.items():
+        for size in _types._KIND_WIDTHS[kind]:
+            if size * 8 <= 255:                 # what DLDataType.bits can hold
+                _KIND_SIZES[ord(kind)] |= (<uint64_t>1) << size
+        _KIND_CODES[ord(kind)] = code
+    for kind, chars in (("b", "?"), ("i", "bhilqn"), ("u", "BHILQNc"), ("f", "efd")):
+        for c in chars:
+            native = _struct.calcsize("@" + c)
+            standard = native if c in "nN" else _struct.calcsize("=" + c)   # n N: native only
+            _format_entry(False, ord(c), ord(kind), native, standard)
+            if kind == "f":
+                _format_entry(True, ord(c), b'c', 2 * native, 2 * standard)    # Ze Zf Zd
+    return 0
+
+
+_fill_dtype_tables()
+
+
+cdef inline bint _kind_dtype(unsigned char kind, Py_ssize_t itemsize,
+                             DLDataType *out) noexcept nogil:
+    """The DLPack type of an itemsize-byte item of typekind kind, in C; False when the table has
+    none (the callers' Python paths name ml_dtypes types and the refusals)."""
+    if not _kind_width(kind, itemsize):
+        return False
+    out.code = _KIND_CODES[kind]
+    out.bits = <uint8_t>(itemsize * 8)
+    out.lanes = 1
+    return True
+
+
 # -- what several readers ask of a description ------------------------------------------------
 
 cdef inline bint _native_order(char order) noexcept nogil:

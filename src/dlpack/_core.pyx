@@ -110,10 +110,32 @@ cdef class DLPackObject:
         free(self._pydims)
 
     cdef void _release_view(self) noexcept:
-        """Give the provider's buffer back (on death, or at once when a reader refuses it)."""
+        """Give the provider's buffer back (on death: see _hold_buffer)."""
         if self._has_view:
             self._has_view = False
             PyBuffer_Release(<Py_buffer *>&self._view)
+
+    cdef int _hold_buffer(self, object exporter, int flags, str protocol, str field,
+                          str way_out) except -1:
+        """Take exporter's buffer into _view, held until the object dies (a bytearray cannot
+        resize meanwhile). Every reader that takes one goes through here: nothing else
+        references the object until its reader returns it, so a reader that refuses drops
+        it and __dealloc__ gives the buffer back at once, before the refusal propagates (the
+        exporter may be in a cycle the GC clears later).
+
+        When the exporter gives none, the refusal names protocol, field and way out; the
+        exporter's own words are added where the request leaves the reason open (strides and
+        format: NumPy's long double in non-native order, say), not to a C-contiguous one."""
+        try:
+            PyObject_GetBuffer(exporter, <Py_buffer *>&self._view, flags)
+        except (BufferError, TypeError, ValueError) as e:
+            where = f"field '{field}' = " if field else ""
+            what = ("C-contiguous buffer" if flags == PyBUF_SIMPLE else
+                    f"buffer with strides and format: {type(e).__name__}: {e}")
+            raise Refusal(f"{protocol}: {where}{type(exporter).__name__} object gives no "
+                          f"{what}{way_out}") from e
+        self._has_view = True
+        return 0
 
     # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
 
@@ -438,8 +460,18 @@ cdef list _note(list claims, str protocol, object claim):
     return claims
 
 
-cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -1:
-    """No fallback describes the elements a refused protocol typed as other elements (§3).
+cdef list _refused(list refusals, list claims, str protocol, BaseException e, object claim):
+    """Record protocol's refusal e in refusals and what it said the elements are in claims
+    (for _agreed), and return claims. A MemoryError is no refusal: it goes on."""
+    if isinstance(e, MemoryError):
+        raise e
+    refusals.append((protocol, e))
+    return _note(claims, protocol, claim)
+
+
+cdef DLPackObject _agreed(DLPackObject r, str protocol, list claims, object obj):
+    """r, when no fallback describes the elements a refused protocol typed as other
+    elements (§3); none refused: r at once.
 
     A refused protocol that named a type T (its typestr) admits only a later protocol whose
     dtype is T; one that named none admits any typed protocol, but not the buffer protocol's
@@ -447,6 +479,8 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
     uint8. An untyped buffer is what memoryview(obj) gives: the way out for the raw bytes.
     """
     cdef bytes fmt
+    if claims is None:
+        return r
     for refused, claim in claims:
         if claim is None:
             if not r._has_view or protocol != "buffer protocol":
@@ -470,17 +504,17 @@ cdef int _agrees(DLPackObject r, str protocol, list claims, object obj) except -
                 "change the elements. Convert the data to a type DLPack carries first"
                 + (", or take the raw bytes explicitly: asdlpack(memoryview(obj))"
                    if protocol == "buffer protocol" else ""))
-    return 0
+    return r
 
 
 cdef DLPackObject _dispatch(object obj):
     """Try each protocol in the order of docs/spec.md §3; fall through when one refuses.
 
-    A protocol accepted after others refused must agree with what they said (_agrees).
+    A protocol accepted after others refused must agree with what they said (_agreed).
     """
     global _ndarray
     cdef list refusals = []
-    cdef list claims = None             # (refused protocol, typestr or None), for _agrees
+    cdef list claims = None             # (refused protocol, typestr or None), for _agreed
     cdef DLPackObject r
     cdef type t = type(obj)
     if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
@@ -497,75 +531,45 @@ cdef DLPackObject _dispatch(object obj):
             if r is not None:
                 return r
             claims = _note(claims, "Arrow PyCapsule interface", None)
+    # Each step: a reader's object, if it agrees with what refused protocols said, ends the
+    # search; its refusal (or a failed lookup) is recorded and the next protocol is asked.
     cap = _api_capsule(t)
     if cap is not None and not _is_torch_tensor(obj):   # torch's: in _from_dlpack_method
         try:
-            r = _from_exchange_api(obj, cap, refusals)
+            r = _from_exchange_api(obj, cap, refusals)  # None: refused, reason recorded
             if r is not None:
-                if claims is not None:
-                    _agrees(r, "__dlpack_c_exchange_api__", claims, obj)
-                return r
-        except MemoryError:
-            raise
+                return _agreed(r, "__dlpack_c_exchange_api__", claims, obj)
         except Exception as e:
-            refusals.append(("__dlpack_c_exchange_api__", e))
-            claims = _note(claims, "__dlpack_c_exchange_api__", None)
+            claims = _refused(refusals, claims, "__dlpack_c_exchange_api__", e, None)
     try:
-        has_dlpack = getattr(obj, "__dlpack__", None) is not None
-    except MemoryError:
-        raise
+        if getattr(obj, "__dlpack__", None) is not None:
+            return _agreed(_from_dlpack_method(obj), "__dlpack__", claims, obj)
     except Exception as e:
-        has_dlpack = False
-        refusals.append(("__dlpack__", e))
-        claims = _note(claims, "__dlpack__", None)
-    if has_dlpack:
-        try:
-            return _from_dlpack_method(obj)
-        except MemoryError:
-            raise
-        except Exception as e:
-            refusals.append(("__dlpack__", e))
-            claims = _note(claims, "__dlpack__", None)
+        claims = _refused(refusals, claims, "__dlpack__", e, None)
     for name, reader in _INTERFACES:
         try:
             value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
-        except MemoryError:
-            raise
         except Exception as e:
-            refusals.append((name, e))
-            claims = _note(claims, name, None)
+            claims = _refused(refusals, claims, name, e, None)
             continue
         if value is _MISSING or value is None:     # None: "not supported", as for __hash__
             continue
         try:
-            r = reader(obj, value)
-            if claims is not None:
-                _agrees(r, name, claims, obj)
-            return r
-        except MemoryError:
-            raise
+            return _agreed(reader(obj, value), name, claims, obj)
         except Exception as e:
-            refusals.append((name, e))
-            claims = _note(claims, name, _claim(value))
+            claims = _refused(refusals, claims, name, e, _claim(value))
     if arrow < 0:
         arrow = _arrow_type(t)
     if arrow:
         r = _arrow_step(obj, arrow, refusals)
         if r is not None:
-            if claims is not None:
-                _agrees(r, "Arrow PyCapsule interface", claims, obj)
-            return r
+            return _agreed(r, "Arrow PyCapsule interface", claims, obj)
         claims = _note(claims, "Arrow PyCapsule interface", None)
     if PyObject_CheckBuffer(obj):
         try:
-            r = _from_buffer(obj)
-            if claims is not None:
-                _agrees(r, "buffer protocol", claims, obj)
-            return r
-        except MemoryError:
-            raise
+            return _agreed(_from_buffer(obj), "buffer protocol", claims, obj)
         except Exception as e:
-            refusals.append(("buffer protocol", e))
+            claims = _refused(refusals, claims, "buffer protocol", e, None)
     if isinstance(obj, _ctypes_pointer):
         return _from_ctypes_pointer(obj)
     if not refusals:

@@ -35,6 +35,7 @@ from dlpack._abi cimport *
 
 import ctypes as _ctypes
 import pickle as _pickle
+import struct as _struct
 import sys
 from collections.abc import Mapping as _Mapping
 

@@ -85,13 +85,8 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
         offset = PyNumber_Index(offset)
     except TypeError:
         raise Refusal(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
-    try:
-        PyObject_GetBuffer(source, <Py_buffer *>&self._view, PyBUF_SIMPLE)
-    except (BufferError, TypeError, ValueError) as e:
-        raise Refusal(f"{protocol}: field 'data' = {type(source).__name__} object gives no "
-                      "C-contiguous buffer; pass a contiguous one or an (address, readonly) "
-                      "tuple") from e
-    self._has_view = True
+    self._hold_buffer(source, PyBUF_SIMPLE, protocol, "data",
+                      "; pass a contiguous one or an (address, readonly) tuple")
     if offset < 0 or offset > self._view.len:
         raise Refusal(f"{protocol}: field 'offset' = {offset} lies outside the "
                       f"{self._view.len}-byte buffer given in 'data'")
@@ -166,17 +161,8 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     elif cuda:
         raise Refusal(f"{protocol}: field 'data' = {data!r} is not (address, readonly)")
     else:
-        try:
-            offset = _ai_buffer(r, protocol, obj if data is None else data,
-                                d.get("offset", 0))
-            bound = r._view.len
-            r.dl.device.device_type = kDLCPU
-            r._validate(protocol, given, offset, bound)
-        except BaseException:
-            r._release_view()  # at once: the exporter may be in a cycle GC clears later
-            raise
-        r._base = obj
-        return r
+        offset = _ai_buffer(r, protocol, obj if data is None else data, d.get("offset", 0))
+        bound = r._view.len
     r._base = obj
     if cuda:
         _cai_device_and_stream(r, d.get("stream"))

@@ -1,36 +1,5 @@
 # Provider: __array_struct__ (a capsule holding NumPy's PyArrayInterface C struct).
 
-cdef uint8_t _KIND_CODES[128]      # typekind -> DLPack type code
-cdef uint64_t _KIND_SIZES[128]     # bit n set: an n-byte item of that kind is a DLPack type
-
-
-cdef int _fill_kind_table() except -1:
-    """The C copy of _types' one table of typekinds and their widths (_KIND_CODE,
-    _KIND_WIDTHS), for the struct reader, which sees no typestr."""
-    memset(_KIND_CODES, 0, sizeof(_KIND_CODES))
-    memset(_KIND_SIZES, 0, sizeof(_KIND_SIZES))
-    for kind, code in _types._KIND_CODE.items():
-        for size in _types._KIND_WIDTHS[kind]:
-            if size * 8 <= 255:                 # what DLDataType.bits can hold
-                _KIND_SIZES[ord(kind)] |= (<uint64_t>1) << size
-        _KIND_CODES[ord(kind)] = code
-    return 0
-
-
-_fill_kind_table()
-
-
-cdef bint _kind_dtype(unsigned char kind, int itemsize, DLDataType *out) noexcept nogil:
-    """A typekind and item size of the table, in C; False sends the rest to the Python path
-    (ml_dtypes names, the refusals)."""
-    if kind >= 128 or itemsize <= 0 or itemsize >= 64 or not (_KIND_SIZES[kind] >> itemsize) & 1:
-        return False
-    out.code = _KIND_CODES[kind]
-    out.bits = <uint8_t>(itemsize * 8)
-    out.lanes = 1
-    return True
-
-
 cdef DLPackObject _from_array_struct(object obj, object capsule):
     """The struct, its shape and its strides are copied once, before any Python code or
     allocation can run (the dtype lookup may call the provider); only the copy is read."""

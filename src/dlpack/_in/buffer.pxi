@@ -1,39 +1,17 @@
 # Provider: the Python buffer protocol (PEP 3118).
 
 
-cdef inline Py_ssize_t _code_width(char c, bint cplx, bint native) noexcept nogil:
-    """Bytes of one item of a format code, in native (@) or standard (= < > !) size (struct)."""
-    if cplx:
-        return 4 if c == b'e' else 8 if c == b'f' else 16
-    if c == b'?' or c == b'b' or c == b'B' or c == b'c':
-        return 1
-    if c == b'h' or c == b'H' or c == b'e':
-        return 2
-    if c == b'i' or c == b'I':
-        return sizeof(int) if native else 4
-    if c == b'l' or c == b'L':
-        return sizeof(long) if native else 4
-    if c == b'n' or c == b'N':
-        return sizeof(Py_ssize_t)
-    if c == b'f':
-        return 4
-    return 8                        # q Q d
-
-
-cdef inline bint _width_fits(char c, bint cplx, Py_ssize_t itemsize) noexcept nogil:
-    """Whether the view's itemsize is the code's native or standard size. ctypes writes '<l'
-    for an 8-byte long (the prefix there gives only byte order), so either size is accepted;
-    any other size is an item that is not this code: ctypes gives a union, and (before Python
-    3.12) a packed structure, as 'B' items of the whole struct's size."""
-    return itemsize == _code_width(c, cplx, True) or itemsize == _code_width(c, cplx, False)
-
-
 cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) except -1:
-    """DLPack dtype of a single-item PEP 3118 format; the view's itemsize is the width."""
+    """DLPack dtype of a single-item PEP 3118 format; the view's itemsize is the width.
+
+    The itemsize must be the format's native or standard size: ctypes writes '<l' for an
+    8-byte long (the prefix there gives only byte order), so either is accepted; any other
+    size is an item that is not this format's: ctypes gives a union, and (before Python 3.12)
+    a packed structure, as 'B' items of the whole struct's size."""
     cdef const char *p = fmt
     cdef char order = b'@'
-    cdef char c
-    cdef int code = -1
+    cdef unsigned char c
+    cdef unsigned char kind = 0
     cdef bint cplx = False
     if p == NULL:
         p = fmt = b"B"
@@ -45,33 +23,20 @@ cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) ex
         cplx = True
         c = p[1]
         p += 1
-    if c != 0 and p[1] == 0:
-        if cplx:
-            if c == b'f' or c == b'd' or c == b'e':
-                code = kDLComplex
-        elif c == b'?':
-            code = kDLBool
-        elif c == b'b' or c == b'h' or c == b'i' or c == b'l' or c == b'q' or c == b'n':
-            code = kDLInt
-        elif (c == b'B' or c == b'H' or c == b'I' or c == b'L' or c == b'Q' or c == b'N'
-              or c == b'c'):
-            code = kDLUInt
-        elif c == b'e' or c == b'f' or c == b'd':
-            code = kDLFloat
-    if code < 0:
+    if c != 0 and c < 128 and p[1] == 0:
+        kind = _FORMAT_KINDS[cplx][c]
+    if kind == 0:
         raise Refusal(_format_refusal(fmt))
-    if not _width_fits(c, cplx, itemsize):
+    if itemsize != _FORMAT_SIZES[cplx][c][0] and itemsize != _FORMAT_SIZES[cplx][c][1]:
         raise Refusal(f"buffer protocol: field 'itemsize' = {itemsize} does not fit format "
                       f"{(<bytes>fmt).decode('latin-1')!r}, whose items are "
-                      f"{_code_width(c, cplx, order == b'@')} bytes: the items are structs "
+                      f"{_FORMAT_SIZES[cplx][c][order != b'@']} bytes: the items are structs "
                       "(a ctypes union or packed structure), which DLPack cannot carry; "
                       "take the raw bytes with asdlpack(memoryview(obj).cast('B'))")
     if itemsize > 1 and not _native_order(order):
         raise Refusal(f"buffer protocol: format {(<bytes>fmt).decode('latin-1')!r} is "
                       "non-native byte order; byte-swap the data first")
-    out.code = code
-    out.bits = <uint8_t>(itemsize * 8)
-    out.lanes = 1
+    _kind_dtype(kind, itemsize, out)        # a size in _FORMAT_SIZES is a width of its kind
     return 0
 
 
@@ -119,19 +84,8 @@ cdef DLPackObject _from_bytes(object obj):
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
     cdef DLPackObject r = _new_object()
-    cdef Py_buffer *v = <Py_buffer *>&r._view
-    cdef int i
-    try:
-        PyObject_GetBuffer(obj, v, PyBUF_FULL_RO)     # suboffsets too, to name them
-    except (BufferError, TypeError, ValueError) as e:
-        raise Refusal(f"buffer protocol: {type(obj).__name__} object gives no buffer with "
-                      f"strides and format: {type(e).__name__}: {e}") from e
-    r._has_view = True
-    try:
-        _read_buffer(r, obj)
-    except BaseException:
-        r._release_view()      # at once: the exporter may be in a cycle GC clears later
-        raise
+    r._hold_buffer(obj, PyBUF_FULL_RO, "buffer protocol", None, "")  # suboffsets too, to name them
+    _read_buffer(r, obj)
     return r
 
 

@@ -34,29 +34,21 @@ cdef DLDataType _npy_types[NPY_TYPES]     # by NumPy type number; bits 0 = not h
 cdef int _ndarray_layout = 0               # 0 unchecked, 1 checked and right, -1 use the struct
 
 
-cdef void _npy_type(int num, uint8_t code, uint8_t bits) noexcept:
-    _npy_types[num].code = code
-    _npy_types[num].bits = bits
-    _npy_types[num].lanes = 1
+cdef int _fill_npy_types() except -1:
+    """By NumPy's type number (its C ABI: NPY_BOOL = 0 … NPY_HALF = 23), the PEP 3118 format
+    memoryview gives that type's arrays, and from it the dtype the buffer reader would make of
+    that format at native size (_base's tables); long double and the rest stay unhandled."""
+    cdef int z, c
+    memset(_npy_types, 0, sizeof(_npy_types))
+    for num, fmt in {0: "?", 1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "l", 8: "L",
+                     9: "q", 10: "Q", 11: "f", 12: "d", 14: "Zf", 15: "Zd", 23: "e"}.items():
+        z = len(fmt) == 2
+        c = ord(fmt[-1])
+        _kind_dtype(_FORMAT_KINDS[z][c], _FORMAT_SIZES[z][c][0], &_npy_types[num])
+    return 0
 
 
-memset(_npy_types, 0, sizeof(_npy_types))          # bits 0: not handled here
-_npy_type(0, kDLBool, 8)
-_npy_type(1, kDLInt, 8)
-_npy_type(2, kDLUInt, 8)
-_npy_type(3, kDLInt, 16)
-_npy_type(4, kDLUInt, 16)
-_npy_type(5, kDLInt, 32)
-_npy_type(6, kDLUInt, 32)
-_npy_type(7, kDLInt, 8 * sizeof(long))
-_npy_type(8, kDLUInt, 8 * sizeof(long))
-_npy_type(9, kDLInt, 64)
-_npy_type(10, kDLUInt, 64)
-_npy_type(11, kDLFloat, 32)
-_npy_type(12, kDLFloat, 64)
-_npy_type(14, kDLComplex, 64)
-_npy_type(15, kDLComplex, 128)
-_npy_type(23, kDLFloat, 16)
+_fill_npy_types()
 
 
 cdef DLPackObject _from_ndarray(object obj):

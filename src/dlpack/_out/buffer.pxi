@@ -1,42 +1,38 @@
 # Consumer side: the buffer protocol (memoryview, array.array, file.write).
 
+cdef char _BUFFER_FORMATS[kDLBool + 1][17][3]   # [code][item bytes]: the format written
+
+
+cdef int _fill_buffer_formats() except -1:
+    """For each DLPack type, the first of these format characters (native, no prefix: what
+    NumPy and memoryview read) whose items are of that type in _base's tables; never l L n N,
+    whose sizes vary by platform, nor Ze (complex32), which no consumer reads."""
+    cdef int z, code, size
+    cdef unsigned char c, kind
+    memset(_BUFFER_FORMATS, 0, sizeof(_BUFFER_FORMATS))
+    for fmt in [b"?", b"b", b"B", b"h", b"H", b"i", b"I", b"q", b"Q", b"e", b"f", b"d",
+                b"Zf", b"Zd"]:
+        z = len(fmt) == 2
+        c = fmt[-1]
+        kind = _FORMAT_KINDS[z][c]
+        size = _FORMAT_SIZES[z][c][0]
+        code = _KIND_CODES[kind]
+        if kind and size <= 16 and code <= kDLBool and _BUFFER_FORMATS[code][size][0] == 0:
+            memcpy(_BUFFER_FORMATS[code][size], <char *>fmt, len(fmt))
+    return 0
+
+
+_fill_buffer_formats()
+
+
 cdef const char *_buffer_format(DLPackObject self) except NULL:
     cdef DLDataType t = self.dl.dtype
-    if t.lanes == 1:
-        if t.code == kDLInt:
-            if t.bits == 8:
-                return b"b"
-            if t.bits == 16:
-                return b"h"
-            if t.bits == 32:
-                return b"i"
-            if t.bits == 64:
-                return b"q"
-        elif t.code == kDLUInt:
-            if t.bits == 8:
-                return b"B"
-            if t.bits == 16:
-                return b"H"
-            if t.bits == 32:
-                return b"I"
-            if t.bits == 64:
-                return b"Q"
-        elif t.code == kDLFloat:
-            if t.bits == 16:
-                return b"e"
-            if t.bits == 32:
-                return b"f"
-            if t.bits == 64:
-                return b"d"
-        elif t.code == kDLComplex:
-            if t.bits == 64:
-                return b"Zf"
-            if t.bits == 128:
-                return b"Zd"
-        elif t.code == kDLBool and t.bits == 8:
-            return b"?"
+    if t.lanes == 1 and t.code <= kDLBool and t.bits % 8 == 0 and t.bits <= 128:
+        if _BUFFER_FORMATS[t.code][t.bits // 8][0] != 0:
+            return _BUFFER_FORMATS[t.code][t.bits // 8]
     raise Refusal(f"buffer protocol: dtype {self.dtype.name} has no PEP 3118 format; "
                   "use __dlpack__ or __array_interface__ (NumPy views it as raw bytes)")
+
 
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     cdef int i, n = self.dl.ndim

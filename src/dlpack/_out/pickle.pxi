@@ -126,22 +126,13 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     for i in range(n):
         r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
         r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
-    try:
-        PyObject_GetBuffer(data, <Py_buffer *>&r._view, PyBUF_SIMPLE)
-    except (TypeError, BufferError, ValueError) as e:
-        raise Refusal(f"pickle: field 'data' ({type(data).__name__}) is not a contiguous "
-                      f"buffer: {e}") from None
-    r._has_view = True
-    try:
-        at = _field(offset, "offset", 0, r._view.len)
-        if r._view.readonly:
-            r._flags |= FLAG_READ_ONLY
-        r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
-        r.dl.device.device_type = kDLCPU
-        r.dl.device.device_id = 0
-        r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
-    except BaseException:
-        r._release_view()
-        raise
+    r._hold_buffer(data, PyBUF_SIMPLE, "pickle", "data", "; the pickle is corrupt or forged")
+    at = _field(offset, "offset", 0, r._view.len)
+    if r._view.readonly:
+        r._flags |= FLAG_READ_ONLY
+    r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+    r.dl.device.device_type = kDLCPU
+    r.dl.device.device_id = 0
+    r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
     r._base = data
     return r

@@ -249,6 +249,36 @@ def test_order_prefers_dlpack_and_falls_through():
     assert dl.dtype == "int8"
 
 
+class _OutOfMemory(bytearray):
+    """The buffer protocol, after steps that raise MemoryError: looking up the ``step``
+    attribute, or calling __dlpack__ when step is "call"."""
+
+    step = ""
+
+    def __getattr__(self, name):
+        if name == self.step:
+            raise MemoryError(name)
+        if name == "__dlpack__" and self.step == "call":
+            return self._out_of_memory
+        raise AttributeError(name)
+
+    def _out_of_memory(self, **kwargs):
+        raise MemoryError("__dlpack__()")
+
+
+@pytest.mark.parametrize("step", ["__dlpack__", "call", "__cuda_array_interface__",
+                                  "__array_interface__", "__array_struct__"])
+def test_memory_error_is_no_refusal(step):
+    """Out of memory while a protocol is asked is not that protocol refusing: the walk stops
+    with the MemoryError instead of falling through to the buffer protocol (spec §3)."""
+    obj = _OutOfMemory(b"abcd")
+    obj.step = step
+    with pytest.raises(MemoryError):
+        asdlpack(obj)
+    obj.step = ""
+    assert asdlpack(obj).shape == (4,)          # the buffer protocol, after every refusal
+
+
 def test_all_refuse_lists_each_protocol():
     class Bad:
         @property

@@ -217,6 +217,40 @@ def _cuda_lanes(ptr):
     return capsule(ctypes.addressof(m), b"dltensor_versioned")
 
 
+class _BufferInterface:
+    """An __array_interface__ over a buffer object that holds fewer bytes than it describes."""
+
+    def __init__(self, data: bytearray) -> None:
+        self.__array_interface__ = {"version": 3, "typestr": "|u1", "shape": (100,),
+                                    "data": data}
+
+
+def _refused_after_the_buffer_was_taken(reader: str, data: bytearray) -> None:
+    from dlpack._core import _rebuild
+
+    if reader == "buffer protocol":       # the format is refused once the buffer is held
+        view = memoryview(data).cast("P")
+        with pytest.raises(BufferError, match="format 'P'"):
+            asdlpack(view)
+        view.release()                    # raises BufferError while an export is held
+    elif reader == "__array_interface__":
+        with pytest.raises(BufferError, match="outside the 8-byte buffer"):
+            asdlpack(_BufferInterface(data))
+    else:
+        with pytest.raises(BufferError, match="outside the 8-byte buffer"):
+            _rebuild(data, 1, 8, 1, (100,), (1,), 0, 0)
+
+
+@pytest.mark.parametrize("reader", ["buffer protocol", "__array_interface__", "pickle"])
+def test_a_reader_that_refuses_gives_the_buffer_back_at_once(reader):
+    """Each reader that holds a buffer (DLPackObject._hold_buffer) and then refuses what it
+    describes has released it by the time the refusal arrives: the exporter can resize."""
+    data = bytearray(8)
+    _refused_after_the_buffer_was_taken(reader, data)
+    data.extend(bytes(4096))              # BufferError while an export is held
+    assert len(data) == 4104
+
+
 def test_gc_of_a_cycle_releases_the_held_buffer_before_its_exporter_dies():
     """A view in a garbage cycle (a traceback's frame holding it and its bytearray) gives the
     buffer back before the bytearray can die: clearing the cycle must not drop the export's

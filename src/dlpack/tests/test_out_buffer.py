@@ -93,3 +93,26 @@ def test_round_trips_through_each_output(make):
         assert (other.shape, other.dtype, other.readonly) == (dl.shape, dl.dtype, dl.readonly)
         if dl.size:
             assert (other.strides, other.data_ptr) == (dl.strides, dl.data_ptr)
+
+
+def test_formats_written_are_read_back_as_the_same_type():
+    """Every type of _types' width table that has a PEP 3118 format: the writer's format has
+    the item's size and the buffer reader makes the same type of it (both tables derive from
+    _types); the others (complex32, long double) are refused by name."""
+    from dlpack import _types
+    from dlpack.tests.hostile import dl_capsule
+
+    written = set()
+    for kind, code in _types._KIND_CODE.items():
+        for size in _types._KIND_WIDTHS[kind]:
+            dl = asdlpack(dl_capsule(code=int(code), bits=8 * size, shape=(3,)))
+            try:
+                m = memoryview(dl)
+            except BufferError as e:
+                assert dl.dtype.name in str(e)
+                continue
+            assert struct.calcsize(m.format.lstrip("Z")) * (1 + m.format.startswith("Z")) == size
+            assert asdlpack(m).dtype == dl.dtype
+            written.add(dl.dtype.name)
+    assert written == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                       "uint64", "float16", "float32", "float64", "complex64", "complex128"}
