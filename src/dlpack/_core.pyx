@@ -43,12 +43,12 @@ cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack
 
 
 cdef inline int _check_made(DLPackObject self) except -1:
-    """Refuse a blank object (every reader sets _itemsize >= 1 before handing one out).
+    """Refuse a blank object (every reader sets lay.itemsize >= 1 before handing one out).
 
     Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
     every export from it refuses.
     """
-    if self._itemsize == 0:
+    if self.lay.itemsize == 0:
         raise TypeError(_UNMADE)
     return 0
 
@@ -67,9 +67,7 @@ cdef class DLPackObject:
     """
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
-    cdef int64_t _count                 # elements, bytes and bytes per element: set once, by
-    cdef int64_t _nbytes                # _validate, with overflow checks
-    cdef int64_t _itemsize
+    cdef Layout lay                     # what _validate derives from shape, strides and dtype
     cdef int64_t _inline[2 * INLINE_DIMS]
     cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
     cdef HeldBuffer _view               # the provider's buffer, when one was taken
@@ -81,8 +79,6 @@ cdef class DLPackObject:
     # __dlpack__() without max_version gives a versioned capsule (0.2.1's impl_cls;
     # docs/migration.md).
     cdef bint _plain_versioned
-    cdef bint _c_contig
-    cdef bint _f_contig
     cdef object _base
     cdef object _keep                   # a second object to keep alive (__array_struct__ capsule)
     cdef uintptr_t _stream              # CUDA: stream the producer's work is on (0: no sync)
@@ -172,16 +168,16 @@ cdef class DLPackObject:
             _unknown_device(protocol, self.dl.device)
         if self.dl.device.device_type == kDLCPU:
             self.dl.device.device_id = 0    # the host is one device, whatever id a producer set
-        err = _element_count(n, self.dl.shape, &self._count)
+        err = _element_count(n, self.dl.shape, &self.lay.count)
         if err == SIZE_OK:
-            err = _byte_size(self._count, self.dl.dtype, isz, packed, &self._nbytes)
+            err = _byte_size(self.lay.count, self.dl.dtype, isz, packed, &self.lay.nbytes)
         if err:
             raise Refusal(_size_message(protocol, err, self.dl.dtype, self.shape))
-        self._itemsize = isz
-        if given == STRIDES_C or self._count == 0:
+        self.lay.itemsize = isz
+        if given == STRIDES_C or self.lay.count == 0:
             _c_strides(n, self.dl.shape, self.dl.strides)
-            if self._count == 0:
-                self._c_contig = self._f_contig = True
+            if self.lay.count == 0:
+                self.lay.c_contig = self.lay.f_contig = True
                 return 0
         elif given == STRIDES_BYTES:
             for i in range(n):
@@ -212,7 +208,7 @@ cdef class DLPackObject:
         if self.dl.data == NULL:
             raise Refusal(f"{protocol}: field 'data' is NULL for a non-empty array")
         if packed:
-            hi = self._nbytes
+            hi = self.lay.nbytes
         elif _span_of(n, self.dl.shape, self.dl.strides, isz, &lo, &hi):
             raise Refusal(self._span_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
@@ -222,8 +218,8 @@ cdef class DLPackObject:
                            or _add_ovf(offset, hi, &end) or end > bound):
             raise Refusal(self._span_message(
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
-        self._c_contig = c
-        self._f_contig = f
+        self.lay.c_contig = c
+        self.lay.f_contig = f
         return 0
 
     cdef tuple _raw_strides(self):
@@ -231,7 +227,7 @@ cdef class DLPackObject:
 
     cdef str _span_message(self, str protocol, str where):
         return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
-                f"{self._itemsize} bytes) reaches outside {where}")
+                f"{self.lay.itemsize} bytes) reaches outside {where}")
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -265,17 +261,17 @@ cdef class DLPackObject:
     @property
     def size(self):
         """Number of elements."""
-        return self._count
+        return self.lay.count
 
     @property
     def nbytes(self):
         """Bytes the elements occupy (``size * itemsize``; packed sub-byte types rounded up)."""
-        return self._nbytes
+        return self.lay.nbytes
 
     @property
     def itemsize(self):
         """Bytes per element (1 for packed sub-byte types)."""
-        return self._itemsize
+        return self.lay.itemsize
 
     @property
     def readonly(self):
@@ -300,7 +296,7 @@ cdef class DLPackObject:
     @property
     def c_contiguous(self):
         """True when the elements are laid out in C (row-major) order without gaps."""
-        return self._c_contig
+        return self.lay.c_contig
 
     def __dlpack_device__(self):
         """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
@@ -384,11 +380,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r.dl.device = src.dl.device
     r.dl.dtype = src.dl.dtype
     r._flags = src._flags
-    r._count = src._count
-    r._nbytes = src._nbytes
-    r._itemsize = src._itemsize
-    r._c_contig = src._c_contig
-    r._f_contig = src._f_contig
+    r.lay = src.lay
     r._stream = src._stream
     r._work_api = src._work_api
     r._resync = src._resync

@@ -135,12 +135,12 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     cdef size_t dims_at, data_at
     _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
                   ndim, &dims_at, &data_at)
-    cdef size_t nbytes = <size_t>self._nbytes if kind == EXPORT_HOST_COPY else 0
+    cdef size_t nbytes = <size_t>self.lay.nbytes if kind == EXPORT_HOST_COPY else 0
     cdef char *block
     cdef DLTensor *t
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
-        raise MemoryError(f"__dlpack__: a copy of {self._nbytes} bytes cannot be allocated")
+        raise MemoryError(f"__dlpack__: a copy of {self.lay.nbytes} bytes cannot be allocated")
     if kind == EXPORT_HOST_COPY:
         block = <char *>malloc(data_at + nbytes)
     else:
@@ -192,38 +192,38 @@ cdef void _gather(char *dst, const char *data, DLPackObject src,
     given, e.g. a staging copy's), into dst in C order.
 
     Packed sub-byte arrays are always C-contiguous (_validate refuses others), so the strided
-    loop moves whole items of src._itemsize bytes.
+    loop moves whole items of src.lay.itemsize bytes.
     """
     cdef int ndim = src.dl.ndim, i
     cdef int64_t n
     cdef int64_t idx[MAX_NDIM]
     cdef const char *p = data
-    if src._count == 0:
+    if src.lay.count == 0:
         return
     if strides == NULL:
-        if src._c_contig:
-            memcpy(dst, data, src._nbytes)
+        if src.lay.c_contig:
+            memcpy(dst, data, src.lay.nbytes)
             return
         strides = src.dl.strides
     for i in range(ndim):
         idx[i] = 0
-    for n in range(src._count):
-        memcpy(dst, p, src._itemsize)
-        dst += src._itemsize
+    for n in range(src.lay.count):
+        memcpy(dst, p, src.lay.itemsize)
+        dst += src.lay.itemsize
         i = ndim - 1
         while i >= 0:       # odometer; p never leaves the range _validate checked for overflow
             if idx[i] + 1 < src.dl.shape[i]:
                 idx[i] += 1
-                p += strides[i] * src._itemsize
+                p += strides[i] * src.lay.itemsize
                 break
-            p -= (src.dl.shape[i] - 1) * strides[i] * src._itemsize
+            p -= (src.dl.shape[i] - 1) * strides[i] * src.lay.itemsize
             idx[i] = 0
             i -= 1
 
 
 cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
     """_span_of a validated non-empty array (_validate refused those that overflow)."""
-    _span_of(self.dl.ndim, self.dl.shape, self.dl.strides, self._itemsize, lo, hi)
+    _span_of(self.dl.ndim, self.dl.shape, self.dl.strides, self.lay.itemsize, lo, hi)
 
 
 # -- deleters and the capsule destructors --------------------------------------------------------

@@ -74,9 +74,8 @@ cdef DLPackObject _from_bytes(object obj):
     r.dl.dtype.lanes = 1
     r.dl.device.device_type = kDLCPU
     r._flags = FLAG_READ_ONLY
-    r._count = r._nbytes = r.dl.shape[0]
-    r._itemsize = 1
-    r._c_contig = r._f_contig = True
+    r.lay = Layout(count=r.dl.shape[0], nbytes=r.dl.shape[0], itemsize=1, c_contig=True,
+                   f_contig=True)           # what _validate gives 1-D uint8, every field named
     r._base = obj
     return r
 
@@ -110,7 +109,7 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
     self._flags = FLAG_READ_ONLY if v.readonly else 0
     self._base = obj
     self._validate("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
-    if v.len != self._nbytes:
+    if v.len != self.lay.nbytes:
         raise Refusal(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
-                      f"{v.itemsize} × the {self._count} elements of 'shape' = {self.shape}")
+                      f"{v.itemsize} × the {self.lay.count} elements of 'shape' = {self.shape}")
     return 0

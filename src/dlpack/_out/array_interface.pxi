@@ -2,7 +2,7 @@
 
 cdef dict _interface(DLPackObject self, str protocol):
     cdef int i
-    cdef Py_ssize_t itemsize = self._itemsize
+    cdef Py_ssize_t itemsize = self.lay.itemsize
     try:
         typestr, descr = _types.array_typestr(
             self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
@@ -11,7 +11,7 @@ cdef dict _interface(DLPackObject self, str protocol):
         # such as numpy.asarray go on to their next protocol (docs/spec.md §5).
         raise AttributeError(str(e).replace("__array_interface__", protocol, 1)) from None
     strides = None
-    if not self._c_contig:
+    if not self.lay.c_contig:
         strides = tuple([self.dl.strides[i] * itemsize for i in range(self.dl.ndim)])
     return {
         "shape": self.shape,

@@ -243,7 +243,7 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
     if self.dl.ndim == 0:
         d.length = 1
         return None
-    if not self._c_contig:
+    if not self.lay.c_contig:
         raise Refusal(f"{protocol}: the data (shape {self.shape}, strides {self.strides} "
                       "elements) is strided or Fortran-ordered; Arrow arrays are "
                       "C-contiguous and pydlpack does not copy behind your back: make a "

@@ -36,7 +36,7 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
 
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     cdef int i, n = self.dl.ndim
-    cdef Py_ssize_t itemsize = self._itemsize
+    cdef Py_ssize_t itemsize = self.lay.itemsize
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
@@ -45,13 +45,13 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
         raise Refusal("buffer protocol: a writable buffer was requested, but the data "
                       "is read-only")
-    if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not self._c_contig:
+    if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not self.lay.c_contig:
         raise Refusal("buffer protocol: the consumer needs C-contiguous data without "
                       f"strides, but strides are {self.strides} elements")
-    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS and not self._c_contig
-            or (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and not self._f_contig
+    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS and not self.lay.c_contig
+            or (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and not self.lay.f_contig
             or (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS
-            and not (self._c_contig or self._f_contig)):
+            and not (self.lay.c_contig or self.lay.f_contig)):
         raise Refusal("buffer protocol: the consumer requested contiguous data, but "
                       f"strides are {self.strides} elements")
     if self._pydims == NULL and n > 0:
@@ -63,7 +63,7 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
             self._pydims[n + i] = self.dl.strides[i] * itemsize
     view.buf = self.dl.data
     view.obj = self
-    view.len = self._nbytes
+    view.len = self.lay.nbytes
     view.itemsize = itemsize
     view.readonly = 1 if self._flags & FLAG_READ_ONLY else 0
     view.ndim = n

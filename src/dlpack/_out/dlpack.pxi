@@ -257,17 +257,17 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
     C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int i, k, n = 0, ndim = self.dl.ndim
-    cdef int64_t isz = self._itemsize, lo = 0, step, size, offset = 0, width
+    cdef int64_t isz = self.lay.itemsize, lo = 0, step, size, offset = 0, width
     cdef int64_t extent[MAX_NDIM]
     cdef int64_t pitch[MAX_NDIM]
     cdef int64_t gather[MAX_NDIM]
     cdef int dim[MAX_NDIM]
     cdef char *staging = NULL
     try:
-        if self._count == 0:
+        if self.lay.count == 0:
             return 0
-        if self._c_contig:
-            _cu_copy(self.dl.device.device_id, t.data, self.dl.data, self._nbytes, False)
+        if self.lay.c_contig:
+            _cu_copy(self.dl.device.device_id, t.data, self.dl.data, self.lay.nbytes, False)
             return 0
         # the dimensions that move (extent > 1, stride != 0) by byte stride, largest first,
         # each flipped to run upwards from the lowest element
@@ -335,7 +335,7 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
         queue = CU_STREAM_LEGACY
     elif not _producer_stream(self, &queue):
         queue = CU_STREAM_LEGACY
-    if self._count:
+    if self.lay.count:
         _span(self, &lo, &hi)
     cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
     if hi > lo:
@@ -360,16 +360,16 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
     _host_wait(self)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, self._nbytes)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, self.lay.nbytes)
     try:
-        if self._count and not self._c_contig:
-            staging = <char *>malloc(self._nbytes)
+        if self.lay.count and not self.lay.c_contig:
+            staging = <char *>malloc(self.lay.nbytes)
             if staging == NULL:
-                raise MemoryError(f"__dlpack__: cannot allocate {self._nbytes} bytes")
+                raise MemoryError(f"__dlpack__: cannot allocate {self.lay.nbytes} bytes")
             _gather(staging, src, self)
             src = staging
-        if self._count:
-            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self._nbytes, True,
+        if self.lay.count:
+            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self.lay.nbytes, True,
                      not ordered)
             if ordered and consumer != CU_STREAM_LEGACY:
                 _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)

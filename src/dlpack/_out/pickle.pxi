@@ -50,7 +50,7 @@ cdef object _reduce(DLPackObject self, int protocol):
     ``data`` holds the bytes from the lowest to one past the highest byte an element occupies;
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
-    cdef int64_t lo = 0, hi = self._nbytes
+    cdef int64_t lo = 0, hi = self.lay.nbytes
     cdef int64_t c_strides[MAX_NDIM]
     cdef int i
     cdef bint readonly = self._flags & FLAG_READ_ONLY
@@ -64,17 +64,17 @@ cdef object _reduce(DLPackObject self, int protocol):
             "host with its producer (e.g. tensor.cpu())")
     _host_wait(self)
     strides = self.strides
-    if self._count and not self._c_contig:
+    if self.lay.count and not self.lay.c_contig:
         _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
-    if (hi - lo) // SPAN_MAX_RATIO > self._nbytes:       # no overflow for huge views
+    if (hi - lo) // SPAN_MAX_RATIO > self.lay.nbytes:       # no overflow for huge views
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        copy = bytearray(self._nbytes + DATA_ALIGN - 1)
+        copy = bytearray(self.lay.nbytes + DATA_ALIGN - 1)
         span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (DATA_ALIGN - 1))
         _gather(span.ptr, <const char *>self.dl.data, self)
         span.owner = copy
-        lo, hi = 0, self._nbytes
+        lo, hi = 0, self.lay.nbytes
         _c_strides(self.dl.ndim, self.dl.shape, c_strides)
         strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
     else:
