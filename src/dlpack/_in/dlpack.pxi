@@ -132,7 +132,8 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
 
     Used for data on the host, and for CUDA data when the API names the producer's current
     stream (each export is ordered after it, as __dlpack__ would order it); any other device is
-    refused, for __dlpack__ to be asked. A failed call's Python error propagates.
+    refused, for __dlpack__ to be asked. A failed call's Python error propagates; so does one
+    a call left set while it returned success (its tensor is handed back first).
     """
     cdef DLManagedTensorVersioned *m = NULL
     cdef DLPackObject r
@@ -140,6 +141,8 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
     cdef _FromPyObject call = <_FromPyObject>api.managed_tensor_from_py_object_no_sync
     if call(<void *>obj, &m) != 0:
         _api_failed()
+    if PyErr_Occurred() != NULL:
+        _api_error_left(m)
     r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
     device_type = r.dl.device.device_type
     if device_type == kDLCPU:
@@ -159,6 +162,20 @@ cdef int _api_failed() except -1:
         return -1
     raise Refusal("__dlpack_c_exchange_api__: managed_tensor_from_py_object_no_sync failed "
                   "without setting an error")
+
+
+cdef int _api_error_left(DLManagedTensorVersioned *m) except -1:
+    """Pass on the error a call left set while it returned success (0): a broken producer.
+    The tensor it gave is ours, as the call said success: its deleter runs, with the error put
+    aside meanwhile (a deleter may run Python code)."""
+    cdef PyObject *kind
+    cdef PyObject *value
+    cdef PyObject *tb
+    if m != NULL:
+        PyErr_Fetch(&kind, &value, &tb)
+        _delete_managed(m, True)
+        PyErr_Restore(kind, value, tb)
+    return -1
 
 
 cdef DLPackObject _from_exchange_api(object obj, object cap, list refusals):
