@@ -251,3 +251,29 @@ def test_exchange_api_error_left_on_success_is_a_failure(tmp_path):
                 asdlpack(p)
         assert gone() is None
 
+
+def test_exchange_api_type_lookup_runs_no_metaclass_code():
+    """The API is found through the type's own MRO and dicts: a metaclass __mro__ or
+    __dict__ property neither runs nor hides a subclass's __dlpack__ override."""
+    Base = exchange_api_type()
+
+    class Meta(type):
+        @property
+        def __dict__(cls):
+            raise RuntimeError("a metaclass __dict__ ran")
+
+        @property
+        def __mro__(cls):
+            return (Base, object)
+
+    class Plain(Base, metaclass=Meta):
+        pass
+
+    class Override(Base, metaclass=Meta):
+        def __dlpack__(self, **kw):
+            return np.full(2, 5.0).__dlpack__(**kw)
+
+    p = Plain(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(p)).tolist() == [0.0, 1.0] and p.calls == 1
+    o = Override(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(o)).tolist() == [5.0, 5.0] and o.calls == 0
