@@ -60,8 +60,44 @@ cdef extern from *:
         }
         return get(d, obj, (PyObject *)Py_TYPE(obj));
     }
+    /* The value of `api` in the first class of t's MRO whose own dict has `api` or `meth`,
+       when that is `api`; None otherwise. It reads tp_mro and each class's dict as
+       _PyType_Lookup does: no metaclass __mro__ or __dict__ (Python code) stands in. */
+    static PyObject *dlpk_api_before(PyTypeObject *t, PyObject *api, PyObject *meth) {
+        PyObject *mro = t->tp_mro, *found = NULL, *dict;
+        Py_ssize_t i;
+        if (mro == NULL)
+            Py_RETURN_NONE;
+        Py_INCREF(mro);
+        for (i = 0; i < PyTuple_GET_SIZE(mro) && found == NULL; i++) {
+            PyObject *c = PyTuple_GET_ITEM(mro, i);
+            if (!PyType_Check(c))
+                continue;
+    #if PY_VERSION_HEX >= 0x030C0000
+            dict = PyType_GetDict((PyTypeObject *)c);
+    #else
+            dict = ((PyTypeObject *)c)->tp_dict;
+            Py_XINCREF(dict);
+    #endif
+            if (dict == NULL)
+                continue;
+            found = PyDict_GetItemWithError(dict, api);
+            if (found != NULL)
+                Py_INCREF(found);
+            else if (!PyErr_Occurred() && PyDict_GetItemWithError(dict, meth) != NULL)
+                found = Py_NewRef(Py_None);
+            Py_DECREF(dict);
+            if (found == NULL && PyErr_Occurred())
+                break;
+        }
+        Py_DECREF(mro);
+        if (found == NULL && !PyErr_Occurred())
+            found = Py_NewRef(Py_None);
+        return found;
+    }
     """
     object _descr_get "dlpk_descr_get"(object, object)
+    object _api_before "dlpk_api_before"(type, object, object)
 
 
 # A producer's entry point as it is: -1 may come without an error set (_api_failed says so).
@@ -114,17 +150,12 @@ cdef object _api_capsule(type t):
 
     Found on the type (never the instance), by a cached lookup that costs little when absent;
     not when a class between t and the API's class overrides __dlpack__ (the API would bypass
-    that override).
+    that override). The MRO is read as _PyType_Lookup reads it: a metaclass's __mro__ or
+    __dict__ property neither runs nor lies here.
     """
     if _PyType_Lookup(t, "__dlpack_c_exchange_api__") == NULL:
         return None
-    for c in t.__mro__:
-        d = c.__dict__
-        if "__dlpack_c_exchange_api__" in d:
-            return d["__dlpack_c_exchange_api__"]
-        if "__dlpack__" in d:
-            return None
-    return None
+    return _api_before(t, "__dlpack_c_exchange_api__", "__dlpack__")
 
 
 cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
@@ -132,7 +163,8 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
 
     Used for data on the host, and for CUDA data when the API names the producer's current
     stream (each export is ordered after it, as __dlpack__ would order it); any other device is
-    refused, for __dlpack__ to be asked. A failed call's Python error propagates.
+    refused, for __dlpack__ to be asked. A failed call's Python error propagates; so does one
+    a call left set while it returned success (its tensor is handed back first).
     """
     cdef DLManagedTensorVersioned *m = NULL
     cdef DLPackObject r
@@ -140,6 +172,8 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
     cdef _FromPyObject call = <_FromPyObject>api.managed_tensor_from_py_object_no_sync
     if call(<void *>obj, &m) != 0:
         _api_failed()
+    if PyErr_Occurred() != NULL:
+        _api_error_left(m)
     r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
     device_type = r.dl.device.device_type
     if device_type == kDLCPU:
@@ -159,6 +193,20 @@ cdef int _api_failed() except -1:
         return -1
     raise Refusal("__dlpack_c_exchange_api__: managed_tensor_from_py_object_no_sync failed "
                   "without setting an error")
+
+
+cdef int _api_error_left(DLManagedTensorVersioned *m) except -1:
+    """Pass on the error a call left set while it returned success (0): a broken producer.
+    The tensor it gave is ours, as the call said success: its deleter runs, with the error put
+    aside meanwhile (a deleter may run Python code)."""
+    cdef PyObject *kind
+    cdef PyObject *value
+    cdef PyObject *tb
+    if m != NULL:
+        PyErr_Fetch(&kind, &value, &tb)
+        _delete_managed(m, True)
+        PyErr_Restore(kind, value, tb)
+    return -1
 
 
 cdef DLPackObject _from_exchange_api(object obj, object cap, list refusals):

@@ -222,3 +222,58 @@ def test_exchange_api_device_data_it_cannot_order_goes_to_dlpack():
     q = exchange_api_type(device=2, dlpack=True)(np.arange(2.0))
     dl = asdlpack(q)
     assert q.calls == 1 and dl.device == (1, 0) and np.from_dlpack(dl).tolist() == [0.0, 1.0]
+
+
+def test_exchange_api_error_left_on_success_is_a_failure(tmp_path):
+    """An entry point that returns 0 with a Python error set failed: its error is passed on
+    (or __dlpack__ asked), and the tensor it gave is handed back, not leaked (spec §3.1)."""
+    from dlpack.tests.helpers import c_library
+
+    liar, _ = c_library("exchange_api_liar.c", tmp_path)
+    stashed = ctypes.c_void_p.in_dll(liar, "stashed")
+
+    class Owner(np.ndarray):
+        pass
+
+    for with_dlpack in (False, True):
+        Producer = exchange_api_type(dlpack=with_dlpack)
+        Producer._api.managed_tensor_from_py_object_no_sync = ctypes.cast(
+            liar.error_left_on_success, _FROM_PY)
+        owner = np.arange(3.0).view(Owner)
+        gone = weakref.ref(owner)
+        stashed.value = ctypes.cast(dlc.to_pointer(owner), ctypes.c_void_p).value
+        del owner
+        p = Producer(np.arange(2.0))
+        if with_dlpack:
+            assert np.from_dlpack(asdlpack(p)).tolist() == [0.0, 1.0]
+        else:
+            with pytest.raises(BufferError, match="RuntimeError: an error left set by a call"):
+                asdlpack(p)
+        assert gone() is None
+
+
+def test_exchange_api_type_lookup_runs_no_metaclass_code():
+    """The API is found through the type's own MRO and dicts: a metaclass __mro__ or
+    __dict__ property neither runs nor hides a subclass's __dlpack__ override."""
+    Base = exchange_api_type()
+
+    class Meta(type):
+        @property
+        def __dict__(cls):
+            raise RuntimeError("a metaclass __dict__ ran")
+
+        @property
+        def __mro__(cls):
+            return (Base, object)
+
+    class Plain(Base, metaclass=Meta):
+        pass
+
+    class Override(Base, metaclass=Meta):
+        def __dlpack__(self, **kw):
+            return np.full(2, 5.0).__dlpack__(**kw)
+
+    p = Plain(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(p)).tolist() == [0.0, 1.0] and p.calls == 1
+    o = Override(np.arange(2.0))
+    assert np.from_dlpack(asdlpack(o)).tolist() == [5.0, 5.0] and o.calls == 0
