@@ -95,7 +95,8 @@ cdef int _install_dlpack_method(type cls) except -1:
     global _dlpack_body
     cdef int i
     for i, name in enumerate(("stream", "max_version", "dl_device", "copy")):
-        _dlpack_names[i] = <PyObject *>name          # interned literals: alive for good
+        Py_INCREF(name)                              # held for good: the method may run
+        _dlpack_names[i] = <PyObject *>name          # while the module is torn down
     _dlpack_body = _dlpack_method
     return _add_method(cls, &_dlpack_def)
 

@@ -24,7 +24,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
 
-import argparse
 import ctypes
 import datetime
 import faulthandler
@@ -982,13 +981,10 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dlpack check``: exit status 1 when a rule fails or the factory cannot run."""
     width = terminal_width()
     parser = JsonArgumentParser(
-        SCHEMA, prog="python -m dlpack check", epilog=_epilog(width),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="\n".join(_wrap(
-            "Grade a DLPack producer: FACTORY() returns an object with __dlpack__ (or a "
-            "capsule); each rule a consumer relies on is reported pass / fail / n/a with the "
-            "evidence. Each producer runs in a child process: one that crashes its consumer "
-            "fails the rule that was running.", width)))
+        SCHEMA, "Grade a DLPack producer: FACTORY() returns an object with __dlpack__ (or a "
+        "capsule); each rule a consumer relies on is reported pass / fail / n/a with the "
+        "evidence. Each producer runs in a child process: one that crashes its consumer fails "
+        "the rule that was running.", width, prog="python -m dlpack check", epilog=_epilog(width))
     parser.add_argument("factory", nargs="+", metavar="MODULE:FACTORY",
                         help="e.g. dlpack.tools.producers:numpy")
     parser.add_argument("--json", action="store_true",

@@ -984,8 +984,9 @@ class JsonArgumentParser(argparse.ArgumentParser):
     """An argument parser whose usage errors are JSON on stdout as well when ``--json`` was
     asked for: ``{"schema", "error", "exit_status": 2}`` (the usage still goes to stderr)."""
 
-    def __init__(self, schema: str, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, schema: str, text: str, width: int, **kwargs) -> None:
+        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="\n".join(_wrap(text, width)), **kwargs)
         self.schema = schema
         self.wants_json = False
 
@@ -1067,12 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
     usage errors and filters that select nothing, 3 when the device asked for is not here."""
     width = terminal_width()
     parser = JsonArgumentParser(
-        SCHEMA, prog="python -m dlpack", epilog=_epilog(width),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="\n".join(_wrap(
-            "Which installed library can hand which dtype to which other library, zero-copy, "
-            "through pydlpack's asdlpack(). `python -m dlpack check MODULE:FACTORY` grades a "
-            "producer's DLPack implementation instead.", width)))
+        SCHEMA, "Which installed library can hand which dtype to which other library, "
+        "zero-copy, through pydlpack's asdlpack(). `python -m dlpack check MODULE:FACTORY` "
+        "grades a producer's DLPack implementation instead.", width,
+        prog="python -m dlpack", epilog=_epilog(width))
     parser.add_argument("--version", action="version", version=f"pydlpack {dlpack.__version__}")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true",

@@ -179,15 +179,22 @@ def test_3_blocking_calls_are_made_without_the_gil(fake):
 # -- 4: the producer's stream's own context -----------------------------------------------------
 
 
-def test_4_event_recorded_in_the_context_of_the_producers_stream(fake):
-    """PyCUDA, cuCtxCreate or a green context: the producer's stream is not in the primary
-    context (before: the event, made in the primary one, could not be recorded there: 400)."""
+def _written_in_another_context(fake):
+    """A CAI view of data a kernel is writing on a stream of a non-primary context (PyCUDA,
+    cuCtxCreate, green contexts), with the fake's call log cleared."""
     other = fake.context(1)
     side = fake.stream(context=other)
     ptr = fake.device_array(floats(*range(6)), context=other)
     dl = asdlpack(CAI(ptr, stream=side))
     fake.kernel(side, ptr, floats(*range(10, 16)))
     fake.calls.clear()
+    return other, side, ptr, dl
+
+
+def test_4_event_recorded_in_the_context_of_the_producers_stream(fake):
+    """PyCUDA, cuCtxCreate or a green context: the producer's stream is not in the primary
+    context (before: the event, made in the primary one, could not be recorded there: 400)."""
+    other, side, ptr, dl = _written_in_another_context(fake)
     dl.__dlpack__(stream=1, max_version=(1, 0))     # a consumer on GPU 1's legacy stream
     assert fake.calls == [("cuStreamGetCtx", side), *primary(1, True),
                           ("cuCtxPushCurrent", other), ("cuEventCreate", 2),
@@ -201,12 +208,7 @@ def test_4_event_recorded_in_the_context_of_the_producers_stream(fake):
 
 def test_4_host_copy_synchronises_the_stream_in_its_context(fake):
     np = lib("numpy")
-    other = fake.context(1)
-    side = fake.stream(context=other)
-    ptr = fake.device_array(floats(*range(6)), context=other)
-    dl = asdlpack(CAI(ptr, stream=side))
-    fake.kernel(side, ptr, floats(*range(10, 16)))
-    fake.calls.clear()
+    other, side, _, dl = _written_in_another_context(fake)
     assert np.from_dlpack(dl, device="cpu").tolist() == list(range(10, 16))
     assert fake.calls[:4] == synchronize(1, side, context=other)
 
