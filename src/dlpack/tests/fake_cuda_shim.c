@@ -37,6 +37,7 @@ ENTRY(cuGetErrorName, (int a, const char **b), (a, b))
 ENTRY(cuCtxGetCurrent, (void **a), (a))
 ENTRY(cuPointerGetAttributes, (unsigned a, int *b, void **c, CUdeviceptr d), (a, b, c, d))
 ENTRY(cuDeviceGet, (int *a, int b), (a, b))
+ENTRY(cuDeviceGetCount, (int *a), (a))
 ENTRY(cuDeviceGetAttribute, (int *a, int b, int c), (a, b, c))
 ENTRY(cuDevicePrimaryCtxRetain, (void **a, int b), (a, b))
 ENTRY(cuDevicePrimaryCtxGetState, (int a, unsigned *b, int *c), (a, b, c))
@@ -62,7 +63,7 @@ ENTRY(cuMemcpyDtoDAsync_v2, (CUdeviceptr a, CUdeviceptr b, size_t c, void *d), (
 /* Route entry point `entry` to the Python callback `fn`; returns the C entry point to install. */
 void *shim_route(const char *entry, void *fn) {
     SLOT(cuInit) SLOT(cuGetErrorName) SLOT(cuCtxGetCurrent) SLOT(cuPointerGetAttributes)
-    SLOT(cuDeviceGet) SLOT(cuDeviceGetAttribute) SLOT(cuDevicePrimaryCtxRetain)
+    SLOT(cuDeviceGet) SLOT(cuDeviceGetCount) SLOT(cuDeviceGetAttribute) SLOT(cuDevicePrimaryCtxRetain)
     SLOT(cuDevicePrimaryCtxGetState) SLOT(cuCtxPushCurrent_v2) SLOT(cuCtxPopCurrent_v2)
     SLOT(cuStreamGetCtx) SLOT(cuEventCreate) SLOT(cuEventRecord) SLOT(cuStreamWaitEvent)
     SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)

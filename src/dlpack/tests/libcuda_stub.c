@@ -29,7 +29,6 @@ int cuGetErrorName(int rc, const char **name) { (void)rc; *name = "CUDA_ERROR_ST
 int cuCtxGetCurrent(void **ctx) { *ctx = stub_depth > 0 ? PRIMARY : NULL; return 0; }
 
 int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr ptr) {
-    (void)ptr;
     stub_queries++;
     if (stub_depth == 0) return 201;                         /* needs a current context */
     for (unsigned i = 0; i < n; i++) {
@@ -37,12 +36,16 @@ int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr pt
         else if (attrs[i] == 9) *(int *)values[i] = 0;       /* ordinal */
         else if (attrs[i] == 8) *(unsigned *)values[i] = 0;  /* not managed */
         else if (attrs[i] == 4) *(void **)values[i] = NULL;  /* no host pointer */
+        else if (attrs[i] == 1) *(void **)values[i] = PRIMARY;  /* GPU 0's primary context */
+        else if (attrs[i] == 7) *(unsigned long long *)values[i] = ptr; /* buffer ID */
         else return 1;
     }
     return 0;
 }
 
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+
+int cuDeviceGetCount(int *count) { *count = 1; return 0; }
 
 int cuDeviceGetAttribute(int *value, int attribute, int dev) {
     (void)dev;
@@ -53,7 +56,7 @@ int cuDeviceGetAttribute(int *value, int attribute, int dev) {
 
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     stub_retains++;
-    *ctx = (void *)(uintptr_t)(0x1000 + dev);
+    *ctx = (void *)(uintptr_t)(0x1000 + dev);           /* GPU 0's is PRIMARY */
     return 0;
 }
 
