@@ -73,11 +73,11 @@ ctypedef struct CuDriver:
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
-    "cuDeviceGetCount", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState",
-    "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx", "cuEventCreate",
-    "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2", "cuStreamSynchronize",
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy2D_v2",
-    "cuMemcpyDtoDAsync_v2", "cuEventSynchronize")
+    "cuDeviceGetCount", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxGetState", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx",
+    "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
+    "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
+    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu

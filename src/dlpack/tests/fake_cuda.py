@@ -28,6 +28,22 @@ libcuda's, has no effect. The rules:
 - Device memory lives in a mapping the fake never writes (its bytes are kept aside): a host read
   of it gives zeros and leaves a resident page that ``touched()`` reports. Host-NUMA VMM memory
   reports CU_MEMORYTYPE_HOST without a host pointer, as real drivers do, and lives there too.
+- A context's device memory is unreachable from other contexts: a kernel (``consume``) of a
+  stream in another context reading it fails with CUDA_ERROR_ILLEGAL_ADDRESS (primary contexts
+  of several devices reach each other, as with peer access). cuPointerGetAttributes reports the
+  owning context (CU_POINTER_ATTRIBUTE_CONTEXT) and a buffer ID unique in the process
+  (CU_POINTER_ATTRIBUTE_BUFFER_ID).
+- cuMemAlloc reuses freed addresses (last freed, same size, first), as the real allocator does;
+  a primary-context reset frees its allocations, and ``library_alloc`` is another library's
+  cuMemAlloc after it.
+- cuMemcpy2D refuses a pitch above MAX_PITCH even for a single row.
+
+Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknown handle is a
+clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
+unknown handle); the host may read managed memory at any time (without
+CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS a real GPU faults while any kernel runs); stream
+capture (``torch.cuda.graph``), which a synchronising or legacy-stream call invalidates, is not
+modelled.
 """
 
 from __future__ import annotations

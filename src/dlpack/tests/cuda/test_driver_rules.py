@@ -1,0 +1,159 @@
+"""CUDA as torch, CuPy, Numba and JAX drive it (spec §3.4, §10): whose context memory belongs
+to, which context a pointer query borrows, what a CAI's stream says when it says nothing, copies
+the driver refuses for one row, and memory that is pydlpack's to free. Each test fails on the
+fake driver when its rule is broken, as it would on libcuda."""
+
+import ctypes
+
+import pytest
+
+from dlpack import asdlpack, todict
+from dlpack.tests import fake_cuda
+from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
+from dlpack.tests.helpers import CAI, cuda_floats
+
+
+def floats(*values):
+    return bytes((ctypes.c_float * len(values))(*values))
+
+
+def on_thread(fn):
+    """fn's result on a new thread (which has no current CUDA context)."""
+    import threading
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+# -- whose memory -------------------------------------------------------------------------------
+
+
+def test_memory_of_a_non_primary_context_is_refused(fake):
+    """cuCtxCreate or PyCUDA memory is not mapped in the primary context where consumers run: a
+    kernel there reading it faults (the fake says CUDA_ERROR_ILLEGAL_ADDRESS, as libcuda does)."""
+    other = fake.context(1)
+    ptr = fake.device_array(floats(*range(6)), context=other)
+    fake.stream(7, device=1)
+    assert fake.consume(1, ptr, 24, device=1).error == CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(BufferError, match=rf"context {other:#x}, not of GPU 1's primary "
+                                          r"context.*autoprimaryctx"):
+        asdlpack(CAI(ptr, stream=7))
+    assert fake.current == []
+
+
+def test_memory_of_the_primary_context_and_of_no_context_is_accepted(fake):
+    """Pool (cudaMallocAsync) and VMM memory report no context (NULL): they are usable from
+    every context of the device."""
+    ptr = cuda_floats(fake)
+    assert asdlpack(CAI(ptr)).device == (2, 1)
+    data = (ctypes.c_float * 6)(*range(6))
+    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_DEVICE, 1, False)
+    assert asdlpack(CAI(ctypes.addressof(data))).device == (2, 1)
+
+
+# -- which context a query borrows ---------------------------------------------------------------
+
+
+def test_a_query_borrows_the_active_primary_context_and_creates_none(fake):
+    """Only GPU 3 has an active primary context (torch ran there): a thread without a context
+    borrows it, and GPU 0 gets no context of ours (hundreds of MiB; refused where GPU 0 is
+    EXCLUSIVE_PROCESS)."""
+    ptr = fake.device_array(floats(*range(6)), device=3)
+    dl = on_thread(lambda: asdlpack(CAI(ptr)))
+    assert dl.device == (2, 3)
+    assert fake.calls == fake_cuda.query(ptr, borrowed=3)
+    assert ("cuDevicePrimaryCtxRetain", 0) not in fake.calls
+    assert not fake.primary(0).active
+
+
+def test_a_query_retains_gpu_0_only_when_no_context_is_active(fake):
+    data = (ctypes.c_float * 6)(*range(6))
+    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_DEVICE, 0, False)
+    assert fake.calls == [] and not any(fake.primary(d).active for d in range(8))
+    assert on_thread(lambda: asdlpack(CAI(ctypes.addressof(data)))).device == (2, 0)
+    assert ("cuDevicePrimaryCtxRetain", 0) in fake.calls
+
+
+# -- what a CAI's stream says -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cai", [{"version": 2}, {"version": 3}],
+                         ids=["version-2", "version-3-without-stream"])
+def test_a_cai_without_a_stream_is_ordered_after_the_legacy_stream(fake, cai):
+    """torch's CAI (version 2, no 'stream'): its work is on the legacy default stream, so a
+    consumer on another stream waits for that, and the re-exported CAI says 1, not None."""
+    ptr = cuda_floats(fake, stream=None)
+    obj = CAI(ptr, version=cai["version"])
+    obj.__cuda_array_interface__.pop("stream", None)
+    dl = asdlpack(obj)
+    assert dl.__cuda_array_interface__["stream"] == 1
+    side = fake.stream(device=1, nonblocking=True)
+    fake.kernel(1, ptr, floats(*range(10, 16)), device=1)     # still queued on the legacy one
+    fake.calls.clear()
+    dl.__dlpack__(stream=side, max_version=(1, 0))
+    assert ("cuEventRecord", EVENT, 1) in fake.calls
+    seen = fake.consume(side, ptr, 24, device=1)
+    fake.synchronize(side, device=1)
+    assert seen.value == floats(*range(10, 16))
+
+
+def test_a_cai_stream_none_still_means_no_synchronisation(fake):
+    dl = asdlpack(CAI(cuda_floats(fake, stream=None), stream=None))
+    assert dl.__cuda_array_interface__["stream"] is None
+    fake.calls.clear()
+    dl.__dlpack__(stream=1, max_version=(1, 0))
+    assert fake.calls == []
+
+
+def test_data_on_the_legacy_stream_is_reported_as_stream_1(fake):
+    """CAI v3: None means "no synchronisation needed"; a producer with work queued on the
+    default stream must name it, or a CuPy non-blocking stream would not wait."""
+    dl = asdlpack(CAI(cuda_floats(fake, stream=1), stream=1))
+    assert dl.__cuda_array_interface__["stream"] == 1
+
+
+# -- copies the driver refuses -----------------------------------------------------------------
+
+
+def test_a_row_longer_than_max_pitch_is_copied_without_a_pitch(fake):
+    """cuMemcpy2D refuses a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH even for one row (the fake
+    too): a contiguous run that long (over 2 GiB on a real GPU) is one cuMemcpyDtoH."""
+    np = pytest.importorskip("numpy")
+    fake.max_pitch = 64
+    ptr = cuda_floats(fake, range(80), stream=None)
+    dl = asdlpack(CAI(ptr, stream=None, shape=(2, 32), strides=(192, 4)))    # rows: 128 bytes
+    fake.calls.clear()
+    got = np.from_dlpack(dl, device="cpu", copy=True)
+    assert got.tolist() == [list(range(32)), list(range(48, 80))]
+    assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
+        ("cuMemcpyDtoH", ptr, 128), ("cuMemcpyDtoH", ptr + 192, 128)]
+
+
+# -- memory that is ours to free ----------------------------------------------------------------
+
+
+def test_a_copy_outliving_a_context_reset_never_frees_another_librarys_memory(fake):
+    """Numba's cuda.close() resets GPU 1's primary context, freeing our device copy; another
+    library retains the context again and cuMemAlloc hands it the same address. Our deleter
+    must not free that (before: the epoch check passed, as nobody saw the reset)."""
+    capsule = asdlpack(b"abcdefgh").__dlpack__(dl_device=(2, 1), max_version=(1, 0))
+    ptr = todict(capsule)["data"]
+    fake.reset_primary(1)
+    theirs = fake.library_alloc(8, device=1)
+    assert theirs == ptr                    # the freed address, reused
+    fake.calls.clear()
+    del capsule
+    assert ("cuMemFree", ptr) not in fake.calls
+    assert fake.allocated() == [theirs]
+    assert fake.current == []
+
+
+def test_our_own_copy_is_freed_by_its_deleter(fake):
+    capsule = asdlpack(b"abcdefgh").__dlpack__(dl_device=(2, 1), max_version=(1, 0))
+    ptr = todict(capsule)["data"]
+    del capsule
+    assert fake.calls[-5:] == [*fake_cuda.enter(1), *fake_cuda.free(ptr), *fake_cuda.LEAVE]
+    assert not fake.allocated()
