@@ -331,6 +331,9 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     cdef DLTensor *t
     if not settle:
         _sync_for(self, stream, False)
+    elif self._event != NULL:           # an Arrow sync_event: the copy's queue waits for it
+        queue = CU_STREAM_LEGACY
+        _cu_event_wait(device_id, self._event, queue)
     elif self._resync is not None:
         self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
         queue = CU_STREAM_LEGACY

@@ -8,6 +8,7 @@ import ctypes
 import pytest
 
 from dlpack import asdlpack, todict
+from dlpack.tests import arrow_producers as ap
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
 from dlpack.tests.helpers import CAI, cuda_floats
@@ -130,6 +131,28 @@ def test_a_row_longer_than_max_pitch_is_copied_without_a_pitch(fake):
     assert got.tolist() == [list(range(32)), list(range(48, 80))]
     assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
         ("cuMemcpyDtoH", ptr, 128), ("cuMemcpyDtoH", ptr + 192, 128)]
+
+
+def test_a_device_copy_with_stream_minus_1_waits_for_the_arrow_sync_event(fake):
+    """Read-only Arrow data for a legacy consumer passing stream -1 is a private copy queued on
+    the legacy stream: it must wait for the producer's sync_event (before: it copied the bytes
+    the producer's queued kernel had not written yet)."""
+    ptr = fake.device_array(floats(0, 0, 0), device=1)
+    producer = fake.stream(device=1, nonblocking=True)
+    fake.hold(producer, device=1)
+    fake.kernel(producer, ptr, floats(1, 2, 3), device=1)
+    event = fake.record(producer, device=1)
+    col = ap.primitive("f", [0, 0, 0], b"f")
+    col.buffers[1] = ap.Address(ptr)
+    dl = asdlpack(ap.DeviceProducer(col, 2, 1, event))
+    fake.calls.clear()
+    import threading
+
+    threading.Timer(0.2, lambda: fake.release(producer, device=1)).start()
+    capsule = dl.__dlpack__(stream=-1)                  # a legacy consumer: a private copy
+    copy = todict(capsule)["data"]
+    assert copy != ptr and ("cuStreamWaitEvent", 1, event, 0) in fake.calls
+    assert fake.read(copy, 12) == floats(1, 2, 3)
 
 
 # -- memory that is ours to free ----------------------------------------------------------------
