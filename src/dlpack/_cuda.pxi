@@ -35,6 +35,7 @@ cdef enum:
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
     CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
     CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89
     CU_MEMORYTYPE_HOST = 1
     CU_MEMORYTYPE_DEVICE = 2
     CU_MEMORYTYPE_UNIFIED = 4
@@ -70,6 +71,7 @@ ctypedef struct CuDriver:
     CUresult (*cuMemcpy2D)(const CUDA_MEMCPY2D *) noexcept nogil                      # blocks
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) noexcept nogil
     CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
+    CUresult (*cuCtxSynchronize)() noexcept nogil                                     # blocks
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
@@ -77,7 +79,7 @@ cdef tuple _CU_SYMBOLS = (
     "cuDevicePrimaryCtxGetState", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx",
     "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
     "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
-    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize")
+    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -88,6 +90,7 @@ cdef CUcontext _cu_contexts[MAX_CUDA_DEVICES]   # primary contexts, retained onc
 cdef int _cu_devices[MAX_CUDA_DEVICES]          # their CUdevice handles
 cdef unsigned int _cu_epochs[MAX_CUDA_DEVICES]  # bumped when a primary context is found reset
 cdef size_t _cu_max_pitch[MAX_CUDA_DEVICES]     # CU_DEVICE_ATTRIBUTE_MAX_PITCH, asked once
+cdef int _cu_concurrent[MAX_CUDA_DEVICES]       # CONCURRENT_MANAGED_ACCESS + 1, asked once
 cdef unsigned int _cu_generation = 0         # bumped when tests swap drivers
 cdef PyThread_type_lock _cu_lock = PyThread_allocate_lock()     # loading and retaining
 cdef int _CU_ATTRIBUTES[5]
@@ -164,6 +167,7 @@ def _cuda_driver(symbols=None, path="libcuda.so.1"):
     for i in range(MAX_CUDA_DEVICES):
         _cu_contexts[i] = NULL
         _cu_max_pitch[i] = 0
+        _cu_concurrent[i] = 0
     if symbols is not None:
         for i, name in enumerate(_CU_SYMBOLS):
             (<void **>&_cu)[i] = <void *><uintptr_t>symbols[name]
@@ -661,7 +665,40 @@ cdef inline int _host_wait(DLPackObject self) except -1:
     return 0
 
 
+cdef int _cu_managed_host_ready(int32_t device_id) except -1:
+    """Before the host reads managed memory of device_id: where the device lacks
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS (WSL2, Windows, GPUs before Pascal) the CPU
+    may not touch managed memory while any kernel runs (SIGSEGV), so the whole context is
+    synchronised; elsewhere the producer's stream, already waited for, is enough."""
+    cdef int value = 0
+    cdef CUresult rc
+    _cu_enter(device_id)
+    try:
+        if _cu_concurrent[device_id] == 0:
+            _cu_check(_cu.cuDeviceGetAttribute(
+                &value, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, _cu_devices[device_id]),
+                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)")
+            _cu_concurrent[device_id] = 2 if value else 1
+        if _cu_concurrent[device_id] == 1:
+            with nogil:
+                rc = _cu.cuCtxSynchronize()
+            _cu_check(rc, "cuCtxSynchronize")
+    finally:
+        _cu_leave()
+    return 0
+
+
 cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
+    """Order a consumer's stream (or, when the host reads, the host) after the producer's work;
+    a host read of managed memory also waits as the device requires (_cu_managed_host_ready).
+    """
+    _order_after_producer(self, stream, host_reads)
+    if host_reads and self.dl.device.device_type == kDLCUDAManaged:
+        _cu_managed_host_ready(self.dl.device.device_id)
+    return 0
+
+
+cdef int _order_after_producer(DLPackObject self, object stream, bint host_reads) except -1:
     """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
 
     A __dlpack__ provider is asked again with the consumer's stream and orders itself (its

@@ -80,6 +80,7 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_TIMEOUT = 702
 CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
+CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89
 EVENT = 0xE0                    # the first event handle (the lowest free one is handed out)
 POISON = 0xCD                   # what fresh device memory holds
 DEVICE_COUNT = 8
@@ -124,13 +125,15 @@ _SIGNATURES = {
     "cuMemcpy2D_v2": (POINTER(CUDA_MEMCPY2D),),
     "cuMemcpyDtoDAsync_v2": (c_uint64, c_uint64, c_size_t, c_void_p),
     "cuEventSynchronize": (c_void_p,),
+    "cuCtxSynchronize": (),
 }
 _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
                   "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
-                  "cuMemcpyDtoDAsync", "cuEventSynchronize"}
+                  "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
-            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize"}
+            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
+            "cuCtxSynchronize"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -293,6 +296,7 @@ class FakeDriver:
         self.attributes = {}
         self.gil_held = []                 # blocking calls made with the caller holding the GIL
         self.max_pitch = 2**31 - 1
+        self.concurrent_managed = 1        # CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         self.waiting = threading.Event()   # set when a call starts waiting for a held stream
         self.contexts = {}
         self.streams = {}
@@ -579,10 +583,17 @@ class FakeDriver:
         return ()
 
     def _cuDeviceGetAttribute(self, out, attribute, dev):
-        if attribute != CU_DEVICE_ATTRIBUTE_MAX_PITCH or not 0 <= dev < DEVICE_COUNT:
+        values = {CU_DEVICE_ATTRIBUTE_MAX_PITCH: self.max_pitch,
+                  CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: self.concurrent_managed}
+        if attribute not in values or not 0 <= dev < DEVICE_COUNT:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"attribute {attribute} of {dev}")
-        out[0] = self.max_pitch
+        out[0] = values[attribute]
         return (attribute, dev)
+
+    def _cuCtxSynchronize(self):
+        """The host waits for every stream of the current context's device."""
+        self._drain(self._context().device, "cuCtxSynchronize")
+        return ()
 
     def primary(self, device, retain=False):
         """device's primary context; retain: as the library that made a stream or memory in it

@@ -50,6 +50,7 @@ ENTRY(cuStreamWaitEvent, (void *a, void *b, unsigned c), (a, b, c))
 ENTRY(cuEventDestroy_v2, (void *a), (a))
 ENTRY(cuStreamSynchronize, (void *a), (a))
 ENTRY(cuEventSynchronize, (void *a), (a))
+ENTRY(cuCtxSynchronize, (void), ())
 ENTRY(cuMemAlloc_v2, (CUdeviceptr *a, size_t b), (a, b))
 ENTRY(cuMemFree_v2, (CUdeviceptr a), (a))
 ENTRY(cuMemcpyDtoH_v2, (void *a, CUdeviceptr b, size_t c), (a, b, c))
@@ -66,7 +67,7 @@ void *shim_route(const char *entry, void *fn) {
     SLOT(cuDeviceGet) SLOT(cuDeviceGetCount) SLOT(cuDeviceGetAttribute) SLOT(cuDevicePrimaryCtxRetain)
     SLOT(cuDevicePrimaryCtxGetState) SLOT(cuCtxPushCurrent_v2) SLOT(cuCtxPopCurrent_v2)
     SLOT(cuStreamGetCtx) SLOT(cuEventCreate) SLOT(cuEventRecord) SLOT(cuStreamWaitEvent)
-    SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)
+    SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuCtxSynchronize) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)
     SLOT(cuMemcpyDtoH_v2) SLOT(cuMemcpyHtoD_v2) SLOT(cuMemcpy2D_v2) SLOT(cuMemcpyDtoDAsync_v2)
     return NULL;
 }

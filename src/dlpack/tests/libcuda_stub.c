@@ -94,6 +94,8 @@ int cuStreamSynchronize(void *stream) { (void)stream; stub_syncs++; return 0; }
 
 int cuEventSynchronize(void *event) { (void)event; stub_syncs++; return 0; }
 
+int cuCtxSynchronize(void) { stub_syncs++; return 0; }
+
 int cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) {
     void *p = malloc(n);
     if (p == NULL) return 2;                                 /* CUDA_ERROR_OUT_OF_MEMORY */

@@ -180,3 +180,30 @@ def test_our_own_copy_is_freed_by_its_deleter(fake):
     del capsule
     assert fake.calls[-5:] == [*fake_cuda.enter(1), *fake_cuda.free(ptr), *fake_cuda.LEAVE]
     assert not fake.allocated()
+
+
+# -- managed memory on devices without concurrent access ------------------------------------------
+
+
+@pytest.mark.parametrize("concurrent", [1, 0])
+def test_host_reads_of_managed_memory_wait_as_the_device_requires(fake, concurrent):
+    """Without CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS (WSL2, Windows, older GPUs) the CPU
+    may not touch managed memory while any kernel runs on the device, not only the producer's:
+    the context is synchronised before a host read (asked once per device)."""
+    fake.concurrent_managed = concurrent
+    data = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.managed(data, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side))
+    assert dl.device == (13, 1)
+    other = fake.stream(device=1)
+    fake.kernel(other, fake.device_array(bytes(4), device=1), b"busy", device=1)
+    fake.calls.clear()
+    with memoryview(dl) as m:
+        assert m.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert dl.__array_interface__["shape"] == (2, 3)
+    synced = [c for c in fake.calls if c[0] == "cuCtxSynchronize"]
+    assert synced == ([] if concurrent else [("cuCtxSynchronize",)] * 2)
+    assert bool(fake.pending()) == bool(concurrent)     # the other stream's kernel: done or not
+    asked = [c for c in fake.calls if c[:2] == ("cuDeviceGetAttribute", 89)]
+    assert len(asked) == 1
