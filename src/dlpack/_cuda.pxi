@@ -27,6 +27,33 @@ ctypedef struct CUDA_MEMCPY2D:
     size_t WidthInBytes
     size_t Height
 
+ctypedef struct CUDA_MEMCPY3D:
+    size_t srcXInBytes
+    size_t srcY
+    size_t srcZ
+    size_t srcLOD
+    int srcMemoryType
+    const void *srcHost
+    CUdeviceptr srcDevice
+    void *srcArray
+    void *reserved0
+    size_t srcPitch
+    size_t srcHeight
+    size_t dstXInBytes
+    size_t dstY
+    size_t dstZ
+    size_t dstLOD
+    int dstMemoryType
+    void *dstHost
+    CUdeviceptr dstDevice
+    void *dstArray
+    void *reserved1
+    size_t dstPitch
+    size_t dstHeight
+    size_t WidthInBytes
+    size_t Height
+    size_t Depth
+
 cdef enum:
     CU_POINTER_ATTRIBUTE_CONTEXT = 1
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
@@ -72,6 +99,7 @@ ctypedef struct CuDriver:
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) noexcept nogil
     CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
     CUresult (*cuCtxSynchronize)() noexcept nogil                                     # blocks
+    CUresult (*cuMemcpy3D)(const CUDA_MEMCPY3D *) noexcept nogil                      # blocks
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
@@ -79,7 +107,8 @@ cdef tuple _CU_SYMBOLS = (
     "cuDevicePrimaryCtxGetState", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx",
     "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
     "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
-    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize")
+    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize",
+    "cuMemcpy3D_v2")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -460,16 +489,20 @@ cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
                        const int64_t *extent, const int64_t *pitch) except -1:
     """Copy device memory to the host as rows of width bytes, one after another in dst: the
-    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first), each
-    2-D slab of the innermost one in one cuMemcpy2D (rows one by one where its pitch overlaps
-    a row or exceeds the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH). A single row is a
-    cuMemcpyDtoH: cuMemcpy2D refuses a pitch above MAX_PITCH even for one row, and a row may be
-    longer (a contiguous run over 2 GiB)."""
-    cdef CUDA_MEMCPY2D c
+    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first). The
+    innermost dimension makes the rows of one copy, and the next one its slices where its pitch
+    is a whole number of rows (a 3-D view of a strided array), so the driver is called once per
+    index of the dimensions outside those: cuMemcpy3D, cuMemcpy2D for one slice, cuMemcpyDtoH
+    for one row. Rows go one by one where their pitch overlaps a row or exceeds the device's
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH (which the driver enforces even for one row; a row may be
+    longer than that: a contiguous run over 2 GiB)."""
+    cdef CUDA_MEMCPY3D c
+    cdef CUDA_MEMCPY2D c2
     cdef CUresult rc = 0
     cdef int i, dev, max_pitch = 0
     cdef int64_t idx[MAX_NDIM]
-    cdef int64_t offset = 0, height = 1, row_pitch = <int64_t>width
+    cdef int64_t offset = 0, height = 1, depth = 1, row_pitch = <int64_t>width, rows = 1
+    cdef const char *what
     _cu_enter(device_id)
     if _cu_max_pitch[device_id] == 0:
         dev = _cu_devices[device_id]
@@ -480,29 +513,49 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
         _cu_max_pitch[device_id] = max_pitch if max_pitch > 0 else 1
     if n > 0 and pitch[n - 1] >= <int64_t>width and pitch[n - 1] <= <int64_t>_cu_max_pitch[
             device_id]:
-        n -= 1                          # the innermost dimension: rows of one 2-D copy
+        n -= 1                          # the innermost dimension: the rows of each copy
         height = extent[n]
         row_pitch = pitch[n]
+        if (n > 0 and pitch[n - 1] % row_pitch == 0
+                and pitch[n - 1] // row_pitch >= height):
+            n -= 1                      # the next: slices of a whole number of rows
+            depth = extent[n]
+            rows = pitch[n] // row_pitch
+    what = (b"cuMemcpy3D" if depth > 1 else b"cuMemcpy2D" if height > 1 else b"cuMemcpyDtoH")
     memset(&c, 0, sizeof(c))
     c.srcMemoryType = CU_MEMORYTYPE_DEVICE
     c.dstMemoryType = CU_MEMORYTYPE_HOST
     c.srcPitch = row_pitch
+    c.srcHeight = rows if depth > 1 else height
     c.dstPitch = width
+    c.dstHeight = height
     c.WidthInBytes = width
     c.Height = height
+    c.Depth = depth
+    memset(&c2, 0, sizeof(c2))
+    c2.srcMemoryType = CU_MEMORYTYPE_DEVICE
+    c2.dstMemoryType = CU_MEMORYTYPE_HOST
+    c2.srcPitch = row_pitch
+    c2.dstPitch = width
+    c2.WidthInBytes = width
+    c2.Height = height
     for i in range(n):
         idx[i] = 0
     with nogil:
         while True:
-            if height == 1:
-                rc = _cu.cuMemcpyDtoH(dst, src + offset, width)
-            else:
+            if depth > 1:
                 c.srcDevice = src + offset
                 c.dstHost = dst
-                rc = _cu.cuMemcpy2D(&c)
+                rc = _cu.cuMemcpy3D(&c)
+            elif height > 1:
+                c2.srcDevice = src + offset
+                c2.dstHost = dst
+                rc = _cu.cuMemcpy2D(&c2)
+            else:
+                rc = _cu.cuMemcpyDtoH(dst, src + offset, width)
             if rc != 0:
                 break
-            dst += width * height
+            dst += width * height * depth
             i = n - 1
             while i >= 0:               # odometer over the outer dimensions
                 if idx[i] + 1 < extent[i]:
@@ -515,7 +568,7 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
             if i < 0:
                 break
         _cu_leave()
-    return _cu_check(rc, "cuMemcpyDtoH" if height == 1 else "cuMemcpy2D")
+    return _cu_check(rc, (<bytes>what).decode())
 
 
 cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdeviceptr src,

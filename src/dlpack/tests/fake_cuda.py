@@ -100,6 +100,18 @@ class CUDA_MEMCPY2D(Structure):
                 ("Height", c_size_t)]
 
 
+class CUDA_MEMCPY3D(Structure):
+    _fields_ = [("srcXInBytes", c_size_t), ("srcY", c_size_t), ("srcZ", c_size_t),
+                ("srcLOD", c_size_t), ("srcMemoryType", c_int), ("srcHost", c_void_p),
+                ("srcDevice", c_uint64), ("srcArray", c_void_p), ("reserved0", c_void_p),
+                ("srcPitch", c_size_t), ("srcHeight", c_size_t),
+                ("dstXInBytes", c_size_t), ("dstY", c_size_t), ("dstZ", c_size_t),
+                ("dstLOD", c_size_t), ("dstMemoryType", c_int), ("dstHost", c_void_p),
+                ("dstDevice", c_uint64), ("dstArray", c_void_p), ("reserved1", c_void_p),
+                ("dstPitch", c_size_t), ("dstHeight", c_size_t),
+                ("WidthInBytes", c_size_t), ("Height", c_size_t), ("Depth", c_size_t)]
+
+
 _SIGNATURES = {
     "cuInit": (c_uint,),
     "cuGetErrorName": (c_int, POINTER(c_char_p)),
@@ -126,14 +138,16 @@ _SIGNATURES = {
     "cuMemcpyDtoDAsync_v2": (c_uint64, c_uint64, c_size_t, c_void_p),
     "cuEventSynchronize": (c_void_p,),
     "cuCtxSynchronize": (),
+    "cuMemcpy3D_v2": (POINTER(CUDA_MEMCPY3D),),
 }
 _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
                   "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
-                  "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize"}
+                  "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize",
+                  "cuMemcpy3D"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
             "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
-            "cuCtxSynchronize"}
+            "cuCtxSynchronize", "cuMemcpy3D"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -738,6 +752,32 @@ class FakeDriver:
         for src, dst in rows:
             ctypes.memmove(dst, self._get(src, c.WidthInBytes), c.WidthInBytes)
         return (c.srcDevice, c.WidthInBytes, c.Height, c.srcPitch)
+
+    def _cuMemcpy3D(self, p):
+        """Device to host only: Depth slices of Height rows; a slice starts Pitch x Height bytes
+        after the previous one on each side (each Height at least the rows copied)."""
+        c = p.contents
+        if (c.srcXInBytes or c.srcY or c.srcZ or c.dstXInBytes or c.dstY or c.dstZ
+                or c.srcLOD or c.dstLOD):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "offsets are not modelled")
+        for side in ("src", "dst"):
+            pitch, height = getattr(c, side + "Pitch"), getattr(c, side + "Height")
+            if pitch > self.max_pitch or pitch < c.WidthInBytes or height < c.Height:
+                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{side}Pitch {pitch} and "
+                                  f"{side}Height {height} for {c.Height} rows of "
+                                  f"{c.WidthInBytes} bytes (maximum pitch {self.max_pitch})")
+        if (c.srcMemoryType, c.dstMemoryType) != (CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "only device to host is modelled")
+        rows = [(c.srcDevice + (z * c.srcHeight + y) * c.srcPitch,
+                 c.dstHost + (z * c.dstHeight + y) * c.dstPitch)
+                for z in range(c.Depth) for y in range(c.Height)]
+        for src, dst in rows:
+            self._host(dst, c.WidthInBytes, "destination")
+            self._region(src, c.WidthInBytes, "source")
+        self._sync(self._resolve(1), "cuMemcpy3D")
+        for src, dst in rows:
+            ctypes.memmove(dst, self._get(src, c.WidthInBytes), c.WidthInBytes)
+        return (c.srcDevice, c.WidthInBytes, c.Height, c.Depth, c.srcPitch, c.srcHeight)
 
     def _cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         self._region(src, nbytes, "source")

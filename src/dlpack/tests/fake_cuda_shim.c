@@ -51,6 +51,7 @@ ENTRY(cuEventDestroy_v2, (void *a), (a))
 ENTRY(cuStreamSynchronize, (void *a), (a))
 ENTRY(cuEventSynchronize, (void *a), (a))
 ENTRY(cuCtxSynchronize, (void), ())
+ENTRY(cuMemcpy3D_v2, (const void *a), (a))
 ENTRY(cuMemAlloc_v2, (CUdeviceptr *a, size_t b), (a, b))
 ENTRY(cuMemFree_v2, (CUdeviceptr a), (a))
 ENTRY(cuMemcpyDtoH_v2, (void *a, CUdeviceptr b, size_t c), (a, b, c))
@@ -67,7 +68,7 @@ void *shim_route(const char *entry, void *fn) {
     SLOT(cuDeviceGet) SLOT(cuDeviceGetCount) SLOT(cuDeviceGetAttribute) SLOT(cuDevicePrimaryCtxRetain)
     SLOT(cuDevicePrimaryCtxGetState) SLOT(cuCtxPushCurrent_v2) SLOT(cuCtxPopCurrent_v2)
     SLOT(cuStreamGetCtx) SLOT(cuEventCreate) SLOT(cuEventRecord) SLOT(cuStreamWaitEvent)
-    SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuCtxSynchronize) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)
+    SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuCtxSynchronize) SLOT(cuMemcpy3D_v2) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)
     SLOT(cuMemcpyDtoH_v2) SLOT(cuMemcpyHtoD_v2) SLOT(cuMemcpy2D_v2) SLOT(cuMemcpyDtoDAsync_v2)
     return NULL;
 }

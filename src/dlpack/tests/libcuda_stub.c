@@ -126,6 +126,24 @@ int cuMemcpy2D_v2(const Memcpy2D *c) {
     return 0;
 }
 
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD; int srcMemoryType; const void *srcHost;
+    CUdeviceptr srcDevice; void *srcArray, *reserved0; size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD; int dstMemoryType; void *dstHost;
+    CUdeviceptr dstDevice; void *dstArray, *reserved1; size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} Memcpy3D;
+
+int cuMemcpy3D_v2(const Memcpy3D *c) {
+    stub_copies++;
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t r = 0; r < c->Height; r++)
+            memcpy((char *)c->dstHost + (z * c->dstHeight + r) * c->dstPitch,
+                   (const char *)(uintptr_t)c->srcDevice + (z * c->srcHeight + r) * c->srcPitch,
+                   c->WidthInBytes);
+    return 0;
+}
+
 int cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
     (void)stream;
     stub_copies++;

@@ -155,6 +155,60 @@ def test_a_device_copy_with_stream_minus_1_waits_for_the_arrow_sync_event(fake):
     assert fake.read(copy, 12) == floats(1, 2, 3)
 
 
+class _Index:
+    """_Index()[...] is the index itself (numpy.s_ without NumPy at collection)."""
+
+    def __getitem__(self, index):
+        return index
+
+
+S = _Index()
+VIEWS = [  # (shape of the base array, index): views whose host copy takes 2-D or 3-D copies
+    ((6, 8, 10), S[::2, 1::3, ::2]),
+    ((6, 8, 10), S[:, ::2, :5]),
+    ((6, 8, 10), S[::-1, ::-2, 1:9:3]),
+    ((4, 5, 6, 7), S[::2, :, ::2, ::3]),
+    ((4, 5, 6, 7), S[1:3, ::-1, 2:4, :]),
+    ((3, 4, 5), S[:, :, ::-1]),
+    ((40, 3), S[::3, ::2]),
+]
+
+
+@pytest.mark.parametrize(("shape", "index"), VIEWS)
+def test_host_copies_of_strided_views_match_numpy(fake, shape, index):
+    """Each view's host copy equals NumPy's copy of the same view of the same bytes, with one
+    driver call per index of the dimensions outside the 3-D copies (never one per row)."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    view = base[index]
+    ptr = fake.device_array(base.tobytes(), device=1)
+    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    dl = asdlpack(CAI(ptr + offset, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    got = np.from_dlpack(dl, device="cpu", copy=True)
+    assert got.tolist() == view.tolist()
+    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    moving = [n for _, n in sorted(zip(np.abs(view.strides), view.shape, strict=True))
+              if n > 1]
+    assert len(copies) <= max(1, int(np.prod(moving[1:]))), copies      # never one per row
+    assert sum(c[2] * c[3] * (c[4] if c[0] == "cuMemcpy3D" else 1) if c[0] != "cuMemcpyDtoH"
+               else c[2] for c in copies) == view.nbytes                # elements, not spans
+
+
+def test_a_3d_view_is_one_cumemcpy3d(fake):
+    """Slices a whole number of rows apart (a[:, ::2, :5] of a C array): one call, where rows
+    of 2-D copies took one per slice (10⁶ calls for realistic sizes)."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(6 * 8 * 10, dtype=np.float32).reshape(6, 8, 10)
+    view = base[:, ::2, :5]
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
+        ("cuMemcpy3D", ptr, 20, 4, 6, 80, 4)]
+
+
 # -- memory that is ours to free ----------------------------------------------------------------
 
 

@@ -168,11 +168,13 @@ def test_3_device_copy_freed_on_another_thread_while_the_device_waits_on_python(
 
 def test_3_blocking_calls_are_made_without_the_gil(fake):
     np = lib("numpy")
-    ptr = fake.device_array(floats(*range(12)), device=1)
+    ptr = fake.device_array(floats(*range(64)), device=1)
     side = fake.stream(device=1)
-    dl = asdlpack(CAI(ptr, stream=side, shape=(2, 3), strides=(16, 4)))
+    dl = asdlpack(CAI(ptr, stream=side, shape=(2, 3), strides=(64, 4)))
     np.from_dlpack(dl, device="cpu")                                 # sync, a 2-D copy
     np.from_dlpack(asdlpack(CAI(ptr, stream=side)), device="cpu")    # cuMemcpyDtoH
+    np.from_dlpack(asdlpack(CAI(ptr, stream=side, shape=(2, 2, 2), strides=(128, 32, 4))),
+                   device="cpu")                                     # a 3-D copy
     copy = asdlpack(b"abcd").__dlpack__(dl_device=(2, 2), max_version=(1, 0))
     del copy                                                         # alloc, HtoD, free
     names = {c[0] for c in fake.calls}
