@@ -150,13 +150,15 @@ class CudaProducer:
 def test_dlpack_cuda_provider_gets_the_consumers_stream(fake):
     p = CudaProducer()
     dl = asdlpack(p)
-    assert dl.device == (DLDeviceType.kDLCUDA, 0) and p.streams == [None]
+    # asked with the legacy default stream (its __dlpack_device__ says CUDA): None would make
+    # JAX block the host until its buffers are ready, for an import that orders nothing
+    assert dl.device == (DLDeviceType.kDLCUDA, 0) and p.streams == [1]
     dl.__dlpack__(stream=42, max_version=(1, 0))
-    assert p.streams == [None, 42]             # the provider syncs for the real consumer
+    assert p.streams == [1, 42]                # the provider syncs for the real consumer
     dl.__dlpack__(stream=-1, max_version=(1, 0))
-    assert p.streams == [None, 42]
+    assert p.streams == [1, 42]
     assert dl.__cuda_array_interface__["stream"] == 1
-    assert p.streams == [None, 42, 1]          # asked again, for the legacy default stream
+    assert p.streams == [1, 42, 1]             # asked again, for the legacy default stream
     assert fake.calls == []
 
 
@@ -263,7 +265,16 @@ def test_per_thread_default_stream_served_for_providers_that_refuse_it(fake):
     p = CudaProducer()
     dl = asdlpack(p)
     dl.__dlpack__(stream=2, max_version=(1, 0))
-    assert p.streams == [None, 1]          # the legacy default stream orders stream 2 too
+    assert p.streams == [1, 1]             # the legacy default stream orders stream 2 too
+
+
+@pytest.mark.parametrize("device", [(1, 0), "lies", None, (2.0, 0)])
+def test_import_stream_is_none_unless_the_provider_says_cuda(fake, device):
+    """CPU providers and ones whose __dlpack_device__ fails or lies are asked as before."""
+    p = CudaProducer()
+    p.__dlpack_device__ = (lambda: device) if device != "lies" else (lambda: 1 / 0)
+    asdlpack(p)
+    assert p.streams == [None]
 
 
 def test_exchange_api_cuda_work_stream_and_ordering(fake):
