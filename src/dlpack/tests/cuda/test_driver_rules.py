@@ -261,3 +261,61 @@ def test_host_reads_of_managed_memory_wait_as_the_device_requires(fake, concurre
     assert bool(fake.pending()) == bool(concurrent)     # the other stream's kernel: done or not
     asked = [c for c in fake.calls if c[:2] == ("cuDeviceGetAttribute", 89)]
     assert len(asked) == 1
+
+
+# -- pinned and managed memory for consumers that refuse it ---------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pinned", "managed"])
+def test_dl_device_cpu_of_memory_the_host_reads_in_place_is_a_view(fake, kind):
+    """dl_device=(kDLCPU, 0) of pinned or managed memory: the same memory as a CPU tensor, after
+    the producer's stream (before: a copy); copy=False is honoured, copy=True still copies."""
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = getattr(fake, kind)(memory, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side))
+    fake.kernel(side, ptr, floats(*range(10, 16)), device=1)
+    fake.calls.clear()
+    for copy in (None, False):
+        info = todict(dl.__dlpack__(dl_device=(1, 0), copy=copy, max_version=(1, 3)))
+        assert info["data"] == ptr and info["device"] == (1, 0) and not info["flags"] & 2
+    assert fake.calls[:4] == fake_cuda.synchronize(1, side, first=False)    # waited first
+    assert list(memory) == list(range(10, 16))
+    info = todict(dl.__dlpack__(dl_device=(1, 0), copy=True, max_version=(1, 3)))
+    assert info["data"] != ptr and info["flags"] & 2
+
+
+def test_dl_device_cpu_of_read_only_pinned_memory_for_a_legacy_consumer_is_a_copy(fake):
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.pinned(memory, device=1)
+    dl = asdlpack(CAI(ptr, stream=None, readonly=True))
+    info = todict(dl.__dlpack__(dl_device=(1, 0)))          # unversioned: cannot say READ_ONLY
+    assert info["data"] != ptr and info["device"] == (1, 0)
+
+
+@pytest.mark.parametrize("consumer", ["numpy", "torch", "jax"])
+def test_on_host_hands_pinned_memory_to_consumers_that_refuse_cuda_host(fake, consumer):
+    """JAX, CuPy and torch refuse kDLCUDAHost tensors; dl.on_host() is the same memory as a CPU
+    object, after the producer's work (the wait logged before any read)."""
+    from dlpack.tests.helpers import consume
+
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.pinned(memory, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side, shape=(6,)))
+    fake.kernel(side, ptr, floats(*range(10, 16)), device=1)
+    fake.calls.clear()
+    host = dl.on_host()
+    assert host.device == (1, 0) and fake.calls[:4] == fake_cuda.synchronize(1, side, first=False)
+    result, address, _ = consume(consumer, host)
+    assert [float(v) for v in result.tolist()] == list(range(10, 16))
+    if consumer != "jax":                   # JAX copies host memory it does not own
+        assert address == ptr
+    assert host.on_host() is host
+
+
+def test_on_host_refuses_device_memory(fake):
+    dl = asdlpack(CAI(cuda_floats(fake)))
+    with pytest.raises(BufferError, match=r"on_host: .*cannot read in place.*dl_device=\(1, 0\)"):
+        dl.on_host()
+    assert fake.touched() == []

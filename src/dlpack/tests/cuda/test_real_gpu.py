@@ -517,3 +517,21 @@ def test_jax_gpu_round_trips():
     k = jax.dlpack.from_dlpack(asdlpack(t))
     assert float(k.sum()) == float(t.sum()) and k.unsafe_buffer_pointer() == t.data_ptr()
     assert torch.from_dlpack(asdlpack(k)).data_ptr() == t.data_ptr()
+
+
+def test_pinned_memory_to_consumers_that_refuse_cuda_host():
+    """torch's pin_memory() through __cuda_array_interface__-less paths is kDLCUDAHost only when
+    read through the driver; a CAI view of it is, and on_host() hands it to NumPy, torch and
+    JAX as CPU memory without a copy (NumPy and torch at the same address)."""
+    np = pytest.importorskip("numpy")
+    t = torch.arange(16, dtype=torch.float32).pin_memory()
+    view = _cai(t.data_ptr(), 16, None)
+    dl = asdlpack(view)
+    assert dl.device == (CUDA_HOST, 0)
+    assert todict(dl.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))["data"] == t.data_ptr()
+    host = dl.on_host()
+    a = np.from_dlpack(host)
+    assert a.__array_interface__["data"][0] == t.data_ptr() and a.tolist() == list(range(16))
+    assert torch.from_dlpack(host).data_ptr() == t.data_ptr()
+    jnp = pytest.importorskip("jax.numpy")
+    assert jnp.from_dlpack(host).tolist() == list(range(16))
