@@ -303,6 +303,13 @@ cdef class DLPackObject:
         _check_made(self)
         return _device_tuple(self.dl.device)
 
+    def on_host(self):
+        """The same pinned or managed CUDA memory as a CPU object, once the producer's work is
+        done: for consumers that refuse kDLCUDAHost/kDLCUDAManaged and never pass dl_device
+        (``jax.numpy.from_dlpack(dl.on_host())``; spec §10). CPU data is returned as it is."""
+        _check_made(self)
+        return _on_host(self)
+
     def __repr__(self):
         ro = ", readonly" if self._flags & FLAG_READ_ONLY else ""
         return (f"DLPackObject(shape={self.shape}, dtype={self.dtype.name}, "
@@ -389,6 +396,27 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._legacy_import = src._legacy_import
     r._plain_versioned = src._plain_versioned
     _set_policy(r, legacy_readonly, legacy_writable)
+    return r
+
+
+cdef DLPackObject _on_host(DLPackObject self):
+    """DLPackObject.on_host: a CPU view of memory the host reads in place, after its wait."""
+    cdef int32_t kind = self.dl.device.device_type
+    if kind == kDLCPU:
+        return self
+    if not _in_place_on_host(kind):
+        raise Refusal(f"on_host: the data is on {_device_name(self.dl.device)}, which the CPU "
+                      "cannot read in place; ask for a host copy with "
+                      f"__dlpack__(dl_device=({kDLCPU}, 0)) (numpy.from_dlpack(x, "
+                      "device='cpu'))")
+    _sync_for(self, None, True)
+    cdef DLPackObject r = _share(self, self._legacy_readonly, False)
+    r.dl.device.device_type = kDLCPU
+    r.dl.device.device_id = 0
+    r._stream = 0                       # waited for: nothing more to order on the host
+    r._work_api = NULL
+    r._resync = None
+    r._event = NULL
     return r
 
 

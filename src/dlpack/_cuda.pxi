@@ -27,12 +27,42 @@ ctypedef struct CUDA_MEMCPY2D:
     size_t WidthInBytes
     size_t Height
 
+ctypedef struct CUDA_MEMCPY3D:
+    size_t srcXInBytes
+    size_t srcY
+    size_t srcZ
+    size_t srcLOD
+    int srcMemoryType
+    const void *srcHost
+    CUdeviceptr srcDevice
+    void *srcArray
+    void *reserved0
+    size_t srcPitch
+    size_t srcHeight
+    size_t dstXInBytes
+    size_t dstY
+    size_t dstZ
+    size_t dstLOD
+    int dstMemoryType
+    void *dstHost
+    CUdeviceptr dstDevice
+    void *dstArray
+    void *reserved1
+    size_t dstPitch
+    size_t dstHeight
+    size_t WidthInBytes
+    size_t Height
+    size_t Depth
+
 cdef enum:
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
     CU_POINTER_ATTRIBUTE_HOST_POINTER = 4
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
     CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89
     CU_MEMORYTYPE_HOST = 1
     CU_MEMORYTYPE_DEVICE = 2
     CU_MEMORYTYPE_UNIFIED = 4
@@ -49,6 +79,7 @@ ctypedef struct CuDriver:
     CUresult (*cuCtxGetCurrent)(CUcontext *) noexcept nogil
     CUresult (*cuPointerGetAttributes)(unsigned int, int *, void **, CUdeviceptr) noexcept nogil
     CUresult (*cuDeviceGet)(int *, int) noexcept nogil
+    CUresult (*cuDeviceGetCount)(int *) noexcept nogil
     CUresult (*cuDeviceGetAttribute)(int *, int, int) noexcept nogil
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int) noexcept nogil               # blocks
     CUresult (*cuDevicePrimaryCtxGetState)(int, unsigned int *, int *) noexcept nogil
@@ -67,14 +98,17 @@ ctypedef struct CuDriver:
     CUresult (*cuMemcpy2D)(const CUDA_MEMCPY2D *) noexcept nogil                      # blocks
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) noexcept nogil
     CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
+    CUresult (*cuCtxSynchronize)() noexcept nogil                                     # blocks
+    CUresult (*cuMemcpy3D)(const CUDA_MEMCPY3D *) noexcept nogil                      # blocks
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
-    "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState",
-    "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx", "cuEventCreate",
-    "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2", "cuStreamSynchronize",
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpy2D_v2",
-    "cuMemcpyDtoDAsync_v2", "cuEventSynchronize")
+    "cuDeviceGetCount", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxGetState", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamGetCtx",
+    "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
+    "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
+    "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize",
+    "cuMemcpy3D_v2")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -85,11 +119,14 @@ cdef CUcontext _cu_contexts[MAX_CUDA_DEVICES]   # primary contexts, retained onc
 cdef int _cu_devices[MAX_CUDA_DEVICES]          # their CUdevice handles
 cdef unsigned int _cu_epochs[MAX_CUDA_DEVICES]  # bumped when a primary context is found reset
 cdef size_t _cu_max_pitch[MAX_CUDA_DEVICES]     # CU_DEVICE_ATTRIBUTE_MAX_PITCH, asked once
+cdef int _cu_concurrent[MAX_CUDA_DEVICES]       # CONCURRENT_MANAGED_ACCESS + 1, asked once
 cdef unsigned int _cu_generation = 0         # bumped when tests swap drivers
 cdef PyThread_type_lock _cu_lock = PyThread_allocate_lock()     # loading and retaining
-cdef int _CU_ATTRIBUTES[4]
+cdef int _CU_ATTRIBUTES[5]
 _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                     CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER]
+                     CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                     CU_POINTER_ATTRIBUTE_CONTEXT]
+cdef int _CU_BUFFER_ID = CU_POINTER_ATTRIBUTE_BUFFER_ID
 
 
 class CudaError(Refusal):
@@ -159,6 +196,7 @@ def _cuda_driver(symbols=None, path="libcuda.so.1"):
     for i in range(MAX_CUDA_DEVICES):
         _cu_contexts[i] = NULL
         _cu_max_pitch[i] = 0
+        _cu_concurrent[i] = 0
     if symbols is not None:
         for i, name in enumerate(_CU_SYMBOLS):
             (<void **>&_cu)[i] = <void *><uintptr_t>symbols[name]
@@ -243,18 +281,64 @@ cdef CUcontext _cu_stream_context(int32_t device_id, uintptr_t stream) except NU
     return ctx
 
 
+cdef int _cu_borrow() except -1:
+    """For a thread with no current context: make an already active primary context current
+    (_cu_leave undoes it), so that a query creates none where another library made one (a
+    context costs hundreds of MiB, and is refused on an EXCLUSIVE_PROCESS device); GPU 0's is
+    retained only when no device has an active one."""
+    cdef int count = 0, dev, i, active = 0
+    cdef unsigned int flags
+    _cu_load()
+    for i in range(MAX_CUDA_DEVICES):           # ours first: no driver call for the others
+        if _cu_contexts[i] != NULL:
+            _cu_check(_cu.cuDevicePrimaryCtxGetState(_cu_devices[i], &flags, &active),
+                      "cuDevicePrimaryCtxGetState")
+            if active:
+                return _cu_push(_cu_contexts[i])
+    _cu_check(_cu.cuDeviceGetCount(&count), "cuDeviceGetCount")
+    for i in range(min(count, MAX_CUDA_DEVICES)):
+        if _cu_contexts[i] != NULL:
+            continue
+        _cu_check(_cu.cuDeviceGet(&dev, i), f"cuDeviceGet({i})")
+        _cu_check(_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active),
+                  "cuDevicePrimaryCtxGetState")
+        if active:
+            return _cu_enter(i)
+    return _cu_enter(0)
+
+
+cdef int _cu_require_primary(uintptr_t ptr, CUcontext owner, int32_t ordinal) except -1:
+    """Refuse device memory of a context other than its device's primary one (cuCtxCreate,
+    PyCUDA without autoprimaryctx): torch, CuPy and JAX run in the primary context, where such
+    an address is not mapped (spec §3.4). NULL (pool and VMM memory) belongs to no context."""
+    cdef int dev, active = 0
+    cdef unsigned int flags
+    if owner == NULL or owner == _cu_contexts[ordinal]:
+        return 0
+    _cu_check(_cu.cuDeviceGet(&dev, ordinal), f"cuDeviceGet({ordinal})")
+    _cu_check(_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active), "cuDevicePrimaryCtxGetState")
+    if active and _cu_primary(ordinal) == owner:
+        return 0
+    raise CudaError(f"__cuda_array_interface__: field 'data': pointer {ptr:#x} is memory of "
+                    f"CUDA context {<uintptr_t>owner:#x}, not of GPU {ordinal}'s primary context "
+                    "where torch, CuPy and JAX run; allocate it in the primary context (PyCUDA: "
+                    "pycuda.autoprimaryctx) or copy it there first")
+
+
 cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
     """The DLPack device owning a CUDA pointer, in one query; NULL (zero-size) is CUDA:0.
 
     The query needs a current context (any: addresses are unified); a thread without one (a
-    worker, a JAX-only process) borrows GPU 0's primary context for it. Host memory counts as
-    pinned (kDLCUDAHost) only where the CPU reads it at this very address: host-NUMA VMM memory
-    is "host" memory without a host mapping, and is device memory as far as readers go.
+    worker, a JAX-only process) borrows an active primary context (_cu_borrow). Host memory
+    counts as pinned (kDLCUDAHost) only where the CPU reads it at this very address: host-NUMA
+    VMM memory is "host" memory without a host mapping, and is device memory as far as readers
+    go. Device memory must be its device's primary context's (_cu_require_primary).
     """
     cdef unsigned int mem = 0, managed = 0
     cdef int ordinal = 0
     cdef void *host = NULL
-    cdef void *values[4]
+    cdef CUcontext owner = NULL
+    cdef void *values[5]
     cdef CUcontext current = NULL
     cdef CUresult rc
     out.device_type = kDLCUDA
@@ -266,10 +350,11 @@ cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
     values[1] = &ordinal
     values[2] = &managed
     values[3] = &host
+    values[4] = &owner
     _cu_check(_cu.cuCtxGetCurrent(&current), "cuCtxGetCurrent")
     if current == NULL:
-        _cu_enter(0)
-    rc = _cu.cuPointerGetAttributes(4, _CU_ATTRIBUTES, values, ptr)
+        _cu_borrow()
+    rc = _cu.cuPointerGetAttributes(5, _CU_ATTRIBUTES, values, ptr)
     if current == NULL:
         _cu_leave()
     _cu_check(rc, "cuPointerGetAttributes")
@@ -281,9 +366,11 @@ cdef int _cu_pointer_device(uintptr_t ptr, DLDevice *out) except -1:
     elif mem != CU_MEMORYTYPE_DEVICE and mem != CU_MEMORYTYPE_HOST:
         raise CudaError(f"__cuda_array_interface__: field 'data': pointer {ptr:#x} has CUDA "
                         f"memory type {mem}, which DLPack cannot describe")
-    if ordinal < 0:
+    if ordinal < 0 or ordinal >= MAX_CUDA_DEVICES:
         raise CudaError(f"__cuda_array_interface__: field 'data': the CUDA driver gives pointer "
                         f"{ptr:#x} device ordinal {ordinal}, which is not a device")
+    if out.device_type == kDLCUDA:
+        _cu_require_primary(ptr, owner, ordinal)
     out.device_id = ordinal
     return 0
 
@@ -402,14 +489,20 @@ cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
                        const int64_t *extent, const int64_t *pitch) except -1:
     """Copy device memory to the host as rows of width bytes, one after another in dst: the
-    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first), each
-    2-D slab of the innermost one in one cuMemcpy2D (rows one by one where its pitch overlaps
-    a row or exceeds the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH)."""
-    cdef CUDA_MEMCPY2D c
+    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first). The
+    innermost dimension makes the rows of one copy, and the next one its slices where its pitch
+    is a whole number of rows (a 3-D view of a strided array), so the driver is called once per
+    index of the dimensions outside those: cuMemcpy3D, cuMemcpy2D for one slice, cuMemcpyDtoH
+    for one row. Rows go one by one where their pitch overlaps a row or exceeds the device's
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH (which the driver enforces even for one row; a row may be
+    longer than that: a contiguous run over 2 GiB)."""
+    cdef CUDA_MEMCPY3D c
+    cdef CUDA_MEMCPY2D c2
     cdef CUresult rc = 0
     cdef int i, dev, max_pitch = 0
     cdef int64_t idx[MAX_NDIM]
-    cdef int64_t offset = 0, height = 1, row_pitch = <int64_t>width
+    cdef int64_t offset = 0, height = 1, depth = 1, row_pitch = <int64_t>width, rows = 1
+    cdef const char *what
     _cu_enter(device_id)
     if _cu_max_pitch[device_id] == 0:
         dev = _cu_devices[device_id]
@@ -420,26 +513,49 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
         _cu_max_pitch[device_id] = max_pitch if max_pitch > 0 else 1
     if n > 0 and pitch[n - 1] >= <int64_t>width and pitch[n - 1] <= <int64_t>_cu_max_pitch[
             device_id]:
-        n -= 1                          # the innermost dimension: rows of one 2-D copy
+        n -= 1                          # the innermost dimension: the rows of each copy
         height = extent[n]
         row_pitch = pitch[n]
+        if (n > 0 and pitch[n - 1] % row_pitch == 0
+                and pitch[n - 1] // row_pitch >= height):
+            n -= 1                      # the next: slices of a whole number of rows
+            depth = extent[n]
+            rows = pitch[n] // row_pitch
+    what = (b"cuMemcpy3D" if depth > 1 else b"cuMemcpy2D" if height > 1 else b"cuMemcpyDtoH")
     memset(&c, 0, sizeof(c))
     c.srcMemoryType = CU_MEMORYTYPE_DEVICE
     c.dstMemoryType = CU_MEMORYTYPE_HOST
     c.srcPitch = row_pitch
+    c.srcHeight = rows if depth > 1 else height
     c.dstPitch = width
+    c.dstHeight = height
     c.WidthInBytes = width
     c.Height = height
+    c.Depth = depth
+    memset(&c2, 0, sizeof(c2))
+    c2.srcMemoryType = CU_MEMORYTYPE_DEVICE
+    c2.dstMemoryType = CU_MEMORYTYPE_HOST
+    c2.srcPitch = row_pitch
+    c2.dstPitch = width
+    c2.WidthInBytes = width
+    c2.Height = height
     for i in range(n):
         idx[i] = 0
     with nogil:
         while True:
-            c.srcDevice = src + offset
-            c.dstHost = dst
-            rc = _cu.cuMemcpy2D(&c)
+            if depth > 1:
+                c.srcDevice = src + offset
+                c.dstHost = dst
+                rc = _cu.cuMemcpy3D(&c)
+            elif height > 1:
+                c2.srcDevice = src + offset
+                c2.dstHost = dst
+                rc = _cu.cuMemcpy2D(&c2)
+            else:
+                rc = _cu.cuMemcpyDtoH(dst, src + offset, width)
             if rc != 0:
                 break
-            dst += width * height
+            dst += width * height * depth
             i = n - 1
             while i >= 0:               # odometer over the outer dimensions
                 if idx[i] + 1 < extent[i]:
@@ -452,7 +568,7 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
             if i < 0:
                 break
         _cu_leave()
-    return _cu_check(rc, "cuMemcpy2D")
+    return _cu_check(rc, (<bytes>what).decode())
 
 
 cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdeviceptr src,
@@ -478,12 +594,15 @@ cdef class _DeviceMemory:
     cdef readonly CUdeviceptr ptr
     cdef unsigned int generation        # the driver that allocated it (tests swap drivers)
     cdef unsigned int epoch             # the primary context it lives in (see _cu_primary)
+    cdef unsigned long long buffer_id   # CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation
 
     def __dealloc__(self):
         cdef CUcontext ctx
         cdef CUdeviceptr ptr = self.ptr
         cdef int dev, active = 0
         cdef unsigned int flags
+        cdef unsigned long long now = 0
+        cdef void *value = &now
         if not (ptr and self.generation == _cu_generation and _cu_ready
                 and self.epoch == _cu_epochs[self.device_id]):
             return
@@ -492,22 +611,37 @@ cdef class _DeviceMemory:
         with nogil:         # cuMemFree waits for the device: never with the GIL held
             if ((_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active) != 0 or active)
                     and _cu.cuCtxPushCurrent(ctx) == 0):
-                _cu.cuMemFree(ptr)      # a reset context (inactive) freed it already
+                # A reset context (Numba's cuda.close()) freed it already, and the allocator
+                # may have handed the address to another library since: free only the
+                # allocation this object made.
+                if (_cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr) == 0
+                        and now == self.buffer_id):
+                    _cu.cuMemFree(ptr)
                 _cu_leave()
 
 
 cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     cdef _DeviceMemory mem = _DeviceMemory.__new__(_DeviceMemory)
     cdef CUdeviceptr ptr = 0
+    cdef unsigned long long buffer_id = 0
+    cdef void *value = &buffer_id
     cdef CUresult rc
+    cdef bint made = False
     _cu_enter(device_id)
     with nogil:
         rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
+        if rc == 0:
+            made = True
+            rc = _cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr)
+            if rc != 0:
+                _cu.cuMemFree(ptr)
         _cu_leave()
     if rc != 0:
-        _cu_fail(rc, f"cuMemAlloc({nbytes})")
+        _cu_fail(rc, "cuPointerGetAttributes(CU_POINTER_ATTRIBUTE_BUFFER_ID)" if made
+                 else f"cuMemAlloc({nbytes})")
     mem.device_id = device_id
     mem.ptr = ptr
+    mem.buffer_id = buffer_id
     mem.generation = _cu_generation
     mem.epoch = _cu_epochs[device_id]
     return mem
@@ -539,6 +673,14 @@ cdef int _stream_int(object stream, str what, uintptr_t *out) except -1:
     except OverflowError:
         raise Refusal(f"{what} = {stream!r} is not a CUDA stream handle") from None
     return 1
+
+
+cdef bint _cai_names_stream(dict d):
+    """Whether a CAI says which stream its data's work is on: version 3 with a 'stream' key.
+    Without one (version 2; torch's CAI has no stream) the producer's stream is unknown, and a
+    consumer must order after the legacy default stream, where that work defaults to."""
+    version = d.get("version", 3)        # the reader's default
+    return "stream" in d and type(version) is int and version >= 3
 
 
 cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
@@ -576,7 +718,40 @@ cdef inline int _host_wait(DLPackObject self) except -1:
     return 0
 
 
+cdef int _cu_managed_host_ready(int32_t device_id) except -1:
+    """Before the host reads managed memory of device_id: where the device lacks
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS (WSL2, Windows, GPUs before Pascal) the CPU
+    may not touch managed memory while any kernel runs (SIGSEGV), so the whole context is
+    synchronised; elsewhere the producer's stream, already waited for, is enough."""
+    cdef int value = 0
+    cdef CUresult rc
+    _cu_enter(device_id)
+    try:
+        if _cu_concurrent[device_id] == 0:
+            _cu_check(_cu.cuDeviceGetAttribute(
+                &value, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, _cu_devices[device_id]),
+                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)")
+            _cu_concurrent[device_id] = 2 if value else 1
+        if _cu_concurrent[device_id] == 1:
+            with nogil:
+                rc = _cu.cuCtxSynchronize()
+            _cu_check(rc, "cuCtxSynchronize")
+    finally:
+        _cu_leave()
+    return 0
+
+
 cdef int _sync_for(DLPackObject self, object stream, bint host_reads) except -1:
+    """Order a consumer's stream (or, when the host reads, the host) after the producer's work;
+    a host read of managed memory also waits as the device requires (_cu_managed_host_ready).
+    """
+    _order_after_producer(self, stream, host_reads)
+    if host_reads and self.dl.device.device_type == kDLCUDAManaged:
+        _cu_managed_host_ready(self.dl.device.device_id)
+    return 0
+
+
+cdef int _order_after_producer(DLPackObject self, object stream, bint host_reads) except -1:
     """Order a consumer's stream (or, when the host reads, the host) after the producer's work.
 
     A __dlpack__ provider is asked again with the consumer's stream and orders itself (its

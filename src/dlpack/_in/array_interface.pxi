@@ -165,23 +165,33 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         bound = r._view.len
     r._base = obj
     if cuda:
-        _cai_device_and_stream(r, d.get("stream"))
+        _cai_device_and_stream(r, d)
     else:
         r.dl.device.device_type = kDLCPU
     r._validate(protocol, given, offset, bound)
     return r
 
 
-cdef int _cai_device_and_stream(DLPackObject self, object stream) except -1:
+cdef int _cai_device_and_stream(DLPackObject self, dict d) except -1:
     """The CAI's stream (NumPy ints too) and the device owning its pointer; a zero-size array
-    has no memory to locate (a pool's pointer may be one past an allocation): CUDA:0."""
+    has no memory to locate (a pool's pointer may be one past an allocation): CUDA:0.
+
+    An unnamed stream (_cai_names_stream) and stream 0 (numba-cuda's default stream; CuPy
+    reads it so too) are the legacy default stream (spec §3.4); None is no synchronisation."""
     cdef uintptr_t handle
     cdef int i
-    if stream is not None:
-        if not _stream_int(stream, "__cuda_array_interface__: field 'stream'", &handle):
+    cdef str what = "__cuda_array_interface__: field 'stream'"
+    stream = d.get("stream")
+    if not _cai_names_stream(d):
+        self._stream = CU_STREAM_LEGACY
+    elif stream is not None:
+        if _stream_index(stream, what) == 0:
+            self._stream = CU_STREAM_LEGACY
+        elif _stream_int(stream, what, &handle):
+            self._stream = handle
+        else:
             raise Refusal("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
                           "use None when no synchronisation is needed")
-        self._stream = handle
     for i in range(self.dl.ndim):
         if self.dl.shape[i] == 0:
             self.dl.device.device_type = kDLCUDA

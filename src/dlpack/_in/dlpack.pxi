@@ -298,6 +298,23 @@ cdef bint _torch_current(int32_t device_id) noexcept:
         return False
 
 
+cdef object _import_stream(object obj):
+    """The stream argument of the import's __dlpack__ call: 1 (the legacy default stream) where
+    __dlpack_device__ says CUDA, so that the producer orders its work before that stream instead
+    of blocking the host until it is done (JAX does for None), as every export asks again with
+    its consumer's stream (spec §10); None elsewhere, or where __dlpack_device__ fails."""
+    try:
+        device = obj.__dlpack_device__()
+        kind = device[0]
+    except Exception:
+        return None
+    if type(kind) is not int and not isinstance(kind, int):
+        return None
+    if kind == kDLCUDA or kind == kDLCUDAHost or kind == kDLCUDAManaged:
+        return CU_STREAM_LEGACY
+    return None
+
+
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
     cdef DLPackObject r
@@ -306,7 +323,7 @@ cdef DLPackObject _from_dlpack_method(object obj):
         r = _from_torch(obj)
         if r is not None:
             return r
-    r = _from_capsule(_call_dlpack(obj, None), obj)
+    r = _from_capsule(_call_dlpack(obj, _import_stream(obj)), obj)
     if torch:
         _torch_conj_check(r, obj)
     if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:

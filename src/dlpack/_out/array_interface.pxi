@@ -40,9 +40,8 @@ cdef dict _cuda_array_interface(DLPackObject self):
         _cu_event_sync(self.dl.device.device_id, self._event)
     elif self._resync is not None:
         d["stream"] = _resync_stream(self)
-    elif _producer_stream(self, &producer) and not (self._work_api != NULL
-                                                    and producer == CU_STREAM_LEGACY):
-        d["stream"] = producer      # torch reports no stream for its default stream: nor do we
+    elif _producer_stream(self, &producer):
+        d["stream"] = producer      # 1 for the legacy default stream: None would say "no sync"
     return d
 
 
@@ -51,16 +50,16 @@ cdef object _resync_stream(DLPackObject self):
     CUDA array interface names (CuPy and Numba name their current stream), else the legacy
     default stream, which the provider is asked again to order its work before."""
     cdef uintptr_t handle
+    cdef str what = "__cuda_array_interface__: the provider's field 'stream'"
     try:
         cai = self._resync.__cuda_array_interface__
     except Exception:
         cai = None
-    if type(cai) is dict:
+    if type(cai) is dict and _cai_names_stream(<dict>cai):
         stream = (<dict>cai).get("stream")
         if stream is None:
             return None
-        if _stream_int(stream, "__cuda_array_interface__: the provider's field 'stream'",
-                       &handle):
+        if _stream_index(stream, what) != 0 and _stream_int(stream, what, &handle):
             return handle
     self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
     return CU_STREAM_LEGACY

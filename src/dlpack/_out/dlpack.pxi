@@ -138,6 +138,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         _target(self, dl_device, copy, &target)
     if target.device_type == kDLCUDA and device_type != kDLCUDA:
         return _export_to_device(self, versioned, target.device_id, stream)
+    if target.device_type == kDLCPU and _in_place_on_host(device_type):
+        return _export_host_view(self, versioned, copy, stream)
     moving = target.device_type != device_type
     do_copy = _export_copy(self, versioned, copy, moving)
     if device_type == kDLCPU and stream is None:
@@ -157,6 +159,26 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
     if do_copy and not _host_accessible(device_type):
         _fill_from_device(self, block, versioned)
+    return block
+
+
+cdef inline bint _in_place_on_host(int32_t device_type) noexcept:
+    """CUDA memory the CPU reads where it is (pinned, managed): dl_device=(kDLCPU, 0) is a view
+    of it, not a copy (spec §10)."""
+    return device_type == kDLCUDAHost or device_type == kDLCUDAManaged
+
+
+cdef void *_export_host_view(DLPackObject self, bint versioned, object copy,
+                             object stream) except NULL:
+    """dl_device=(kDLCPU, 0) of pinned or managed memory: the same memory as a CPU tensor, once
+    the producer's work is done (the host may read it at once); a copy only where asked for, or
+    for a legacy consumer of read-only data."""
+    cdef bint do_copy = _export_copy(self, versioned, copy, False)
+    _sync_for(self, stream, True)
+    cdef void *block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
+    cdef DLTensor *t = _block_tensor(block, versioned)
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
     return block
 
 
@@ -233,7 +255,7 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
                       f"{_device_name(here)} there (pydlpack copies between the host and "
                       "a GPU, not between GPUs)")
-    if copy is False:
+    if copy is False and not (out.device_type == kDLCPU and _in_place_on_host(here.device_type)):
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
                       f"{_device_name(here)}, but copy=False")
     return 0
@@ -331,6 +353,9 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     cdef DLTensor *t
     if not settle:
         _sync_for(self, stream, False)
+    elif self._event != NULL:           # an Arrow sync_event: the copy's queue waits for it
+        queue = CU_STREAM_LEGACY
+        _cu_event_wait(device_id, self._event, queue)
     elif self._resync is not None:
         self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
         queue = CU_STREAM_LEGACY

@@ -28,6 +28,22 @@ libcuda's, has no effect. The rules:
 - Device memory lives in a mapping the fake never writes (its bytes are kept aside): a host read
   of it gives zeros and leaves a resident page that ``touched()`` reports. Host-NUMA VMM memory
   reports CU_MEMORYTYPE_HOST without a host pointer, as real drivers do, and lives there too.
+- A context's device memory is unreachable from other contexts: a kernel (``consume``) of a
+  stream in another context reading it fails with CUDA_ERROR_ILLEGAL_ADDRESS (primary contexts
+  of several devices reach each other, as with peer access). cuPointerGetAttributes reports the
+  owning context (CU_POINTER_ATTRIBUTE_CONTEXT) and a buffer ID unique in the process
+  (CU_POINTER_ATTRIBUTE_BUFFER_ID).
+- cuMemAlloc reuses freed addresses (last freed, same size, first), as the real allocator does;
+  a primary-context reset frees its allocations, and ``library_alloc`` is another library's
+  cuMemAlloc after it.
+- cuMemcpy2D refuses a pitch above MAX_PITCH even for a single row.
+
+Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknown handle is a
+clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
+unknown handle); the host may read managed memory at any time (without
+CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS a real GPU faults while any kernel runs); stream
+capture (``torch.cuda.graph``), which a synchronising or legacy-stream call invalidates, is not
+modelled.
 """
 
 from __future__ import annotations
@@ -64,6 +80,7 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_TIMEOUT = 702
 CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
+CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89
 EVENT = 0xE0                    # the first event handle (the lowest free one is handed out)
 POISON = 0xCD                   # what fresh device memory holds
 DEVICE_COUNT = 8
@@ -83,12 +100,25 @@ class CUDA_MEMCPY2D(Structure):
                 ("Height", c_size_t)]
 
 
+class CUDA_MEMCPY3D(Structure):
+    _fields_ = [("srcXInBytes", c_size_t), ("srcY", c_size_t), ("srcZ", c_size_t),
+                ("srcLOD", c_size_t), ("srcMemoryType", c_int), ("srcHost", c_void_p),
+                ("srcDevice", c_uint64), ("srcArray", c_void_p), ("reserved0", c_void_p),
+                ("srcPitch", c_size_t), ("srcHeight", c_size_t),
+                ("dstXInBytes", c_size_t), ("dstY", c_size_t), ("dstZ", c_size_t),
+                ("dstLOD", c_size_t), ("dstMemoryType", c_int), ("dstHost", c_void_p),
+                ("dstDevice", c_uint64), ("dstArray", c_void_p), ("reserved1", c_void_p),
+                ("dstPitch", c_size_t), ("dstHeight", c_size_t),
+                ("WidthInBytes", c_size_t), ("Height", c_size_t), ("Depth", c_size_t)]
+
+
 _SIGNATURES = {
     "cuInit": (c_uint,),
     "cuGetErrorName": (c_int, POINTER(c_char_p)),
     "cuCtxGetCurrent": (POINTER(c_void_p),),
     "cuPointerGetAttributes": (c_uint, POINTER(c_int), POINTER(c_void_p), c_uint64),
     "cuDeviceGet": (POINTER(c_int), c_int),
+    "cuDeviceGetCount": (POINTER(c_int),),
     "cuDeviceGetAttribute": (POINTER(c_int), c_int, c_int),
     "cuDevicePrimaryCtxRetain": (POINTER(c_void_p), c_int),
     "cuDevicePrimaryCtxGetState": (c_int, POINTER(c_uint), POINTER(c_int)),
@@ -107,13 +137,17 @@ _SIGNATURES = {
     "cuMemcpy2D_v2": (POINTER(CUDA_MEMCPY2D),),
     "cuMemcpyDtoDAsync_v2": (c_uint64, c_uint64, c_size_t, c_void_p),
     "cuEventSynchronize": (c_void_p,),
+    "cuCtxSynchronize": (),
+    "cuMemcpy3D_v2": (POINTER(CUDA_MEMCPY3D),),
 }
 _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
                   "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
-                  "cuMemcpyDtoDAsync", "cuEventSynchronize"}
+                  "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize",
+                  "cuMemcpy3D"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
-            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize"}
+            "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
+            "cuCtxSynchronize", "cuMemcpy3D"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -163,6 +197,7 @@ _libc.mincore.argtypes = [c_void_p, c_size_t, c_void_p]
 _space = None
 _space_next = 0
 _space_high = 0                 # the highest offset ever handed out
+_space_freed = []               # (base, rounded size) freed, reused last-freed first
 
 
 def _space_base():
@@ -177,18 +212,28 @@ def _space_base():
     return _space
 
 
-def _space_alloc(nbytes):
-    """An address range of the device space, never handed out twice in a row (256-aligned)."""
+def _space_alloc(nbytes, reuse=False):
+    """An address range of the device space (256-aligned). reuse: a freed range of the same
+    size is handed out again first, as the real allocator does (cuMemAlloc); otherwise a range
+    never handed out twice in a row."""
     global _space_next, _space_high
     size = (max(nbytes, 1) + 255) & ~255
     if size > _SPACE:
         return None
+    if reuse:
+        for i in range(len(_space_freed) - 1, -1, -1):
+            if _space_freed[i][1] == size:
+                return _space_freed.pop(i)[0]
     if _space_next + size > _SPACE:
         _space_next = 0
     base = _space_base() + _space_next
     _space_next += size
     _space_high = max(_space_high, _space_next)
     return base
+
+
+def _space_free(base, nbytes):
+    _space_freed.append((base, (max(nbytes, 1) + 255) & ~255))
 
 
 def _forget_reads():
@@ -236,14 +281,20 @@ class Allocation:
     """Memory the driver knows: ``device`` and ``vmm_host`` bytes are kept in ``data`` (their
     addresses have no host mapping); ``pinned`` and ``managed`` are host memory at ``base``."""
 
+    ids = 0                         # CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process
+
     def __init__(self, base, size, kind, context, data=None, keep=None, allocated=False):
         self.base, self.size, self.kind, self.ctx = base, size, kind, context
         self.data, self.keep, self.allocated = data, keep, allocated
+        Allocation.ids += 1
+        self.buffer_id = Allocation.ids
 
 
 class Result:
-    """What a queued read (a consumer kernel) saw, once the GPU ran it."""
+    """What a queued read (a consumer kernel) saw, once the GPU ran it; error: the kernel's
+    failure (CUDA_ERROR_ILLEGAL_ADDRESS for memory of another context)."""
     value = None
+    error = 0
 
 
 class FakeDriver:
@@ -259,6 +310,7 @@ class FakeDriver:
         self.attributes = {}
         self.gil_held = []                 # blocking calls made with the caller holding the GIL
         self.max_pitch = 2**31 - 1
+        self.concurrent_managed = 1        # CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         self.waiting = threading.Event()   # set when a call starts waiting for a held stream
         self.contexts = {}
         self.streams = {}
@@ -501,10 +553,13 @@ class FakeDriver:
 
     def _cuPointerGetAttributes(self, n, attrs, values, ptr):
         mem, ordinal, managed, host, context = self._pointer(ptr)
+        found = self._find(ptr, 0) if ptr not in self.attributes else None
         for i in range(n):
             a, v = attrs[i], values[i]
             if a == 1:
                 c_void_p.from_address(v).value = context
+            elif a == 7:
+                c_uint64.from_address(v).value = found[0].buffer_id if found else 0
             elif a == 2:
                 c_uint.from_address(v).value = mem
             elif a == 4:
@@ -537,11 +592,22 @@ class FakeDriver:
         out[0] = ordinal
         return (ordinal,)
 
+    def _cuDeviceGetCount(self, out):
+        out[0] = DEVICE_COUNT
+        return ()
+
     def _cuDeviceGetAttribute(self, out, attribute, dev):
-        if attribute != CU_DEVICE_ATTRIBUTE_MAX_PITCH or not 0 <= dev < DEVICE_COUNT:
+        values = {CU_DEVICE_ATTRIBUTE_MAX_PITCH: self.max_pitch,
+                  CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: self.concurrent_managed}
+        if attribute not in values or not 0 <= dev < DEVICE_COUNT:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"attribute {attribute} of {dev}")
-        out[0] = self.max_pitch
+        out[0] = values[attribute]
         return (attribute, dev)
+
+    def _cuCtxSynchronize(self):
+        """The host waits for every stream of the current context's device."""
+        self._drain(self._context().device, "cuCtxSynchronize")
+        return ()
 
     def primary(self, device, retain=False):
         """device's primary context; retain: as the library that made a stream or memory in it
@@ -630,7 +696,7 @@ class FakeDriver:
     def _cuMemAlloc(self, out, nbytes):
         if nbytes == 0:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
-        base = _space_alloc(nbytes)
+        base = _space_alloc(nbytes, reuse=True)
         if base is None:
             raise DriverError(CUDA_ERROR_OUT_OF_MEMORY, f"{nbytes} bytes")
         self.allocations[base] = Allocation(base, nbytes, "device", self._context(),
@@ -644,6 +710,7 @@ class FakeDriver:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not allocated")
         self._drain(a.ctx.device, "cuMemFree")
         del self.allocations[ptr]
+        _space_free(ptr, a.size)
         return (ptr,)
 
     def _cuMemcpyDtoH(self, dst, src, nbytes):
@@ -671,7 +738,7 @@ class FakeDriver:
             raise DriverError(CUDA_ERROR_INVALID_VALUE, "offsets are not modelled")
         for side in ("src", "dst"):
             pitch = getattr(c, side + "Pitch")
-            if c.Height > 1 and (pitch < c.WidthInBytes or pitch > self.max_pitch):
+            if pitch > self.max_pitch or (c.Height > 1 and pitch < c.WidthInBytes):
                 raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{side}Pitch {pitch} for rows of "
                                   f"{c.WidthInBytes} bytes (maximum {self.max_pitch})")
         if (c.srcMemoryType, c.dstMemoryType) != (CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST):
@@ -685,6 +752,32 @@ class FakeDriver:
         for src, dst in rows:
             ctypes.memmove(dst, self._get(src, c.WidthInBytes), c.WidthInBytes)
         return (c.srcDevice, c.WidthInBytes, c.Height, c.srcPitch)
+
+    def _cuMemcpy3D(self, p):
+        """Device to host only: Depth slices of Height rows; a slice starts Pitch x Height bytes
+        after the previous one on each side (each Height at least the rows copied)."""
+        c = p.contents
+        if (c.srcXInBytes or c.srcY or c.srcZ or c.dstXInBytes or c.dstY or c.dstZ
+                or c.srcLOD or c.dstLOD):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "offsets are not modelled")
+        for side in ("src", "dst"):
+            pitch, height = getattr(c, side + "Pitch"), getattr(c, side + "Height")
+            if pitch > self.max_pitch or pitch < c.WidthInBytes or height < c.Height:
+                raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{side}Pitch {pitch} and "
+                                  f"{side}Height {height} for {c.Height} rows of "
+                                  f"{c.WidthInBytes} bytes (maximum pitch {self.max_pitch})")
+        if (c.srcMemoryType, c.dstMemoryType) != (CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "only device to host is modelled")
+        rows = [(c.srcDevice + (z * c.srcHeight + y) * c.srcPitch,
+                 c.dstHost + (z * c.dstHeight + y) * c.dstPitch)
+                for z in range(c.Depth) for y in range(c.Height)]
+        for src, dst in rows:
+            self._host(dst, c.WidthInBytes, "destination")
+            self._region(src, c.WidthInBytes, "source")
+        self._sync(self._resolve(1), "cuMemcpy3D")
+        for src, dst in rows:
+            ctypes.memmove(dst, self._get(src, c.WidthInBytes), c.WidthInBytes)
+        return (c.srcDevice, c.WidthInBytes, c.Height, c.Depth, c.srcPitch, c.srcHeight)
 
     def _cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         self._region(src, nbytes, "source")
@@ -742,6 +835,15 @@ class FakeDriver:
         data = bytes(data)
         return self._memory("device", len(data), device, context, bytearray(data))
 
+    def library_alloc(self, nbytes, device=0):
+        """Another library's cuMemAlloc in device's primary context (freed addresses reused)."""
+        with self._cond:
+            c = self.primary(device, True)
+            base = _space_alloc(nbytes, reuse=True)
+            self.allocations[base] = Allocation(base, nbytes, "device", c,
+                                                bytearray(nbytes), allocated=True)
+        return base
+
     def pinned(self, obj, device=0, context=None):
         """Host memory of a ctypes object, registered with the driver (cuMemHostRegister)."""
         return self._memory("pinned", ctypes.sizeof(obj), device, context,
@@ -792,7 +894,14 @@ class FakeDriver:
             result.value = self._get(ptr, nbytes)
 
         with self._cond:
-            self._enqueue(self._stream(stream, device), read, f"read {ptr:#x}")
+            s = self._stream(stream, device)
+            found = self._find(ptr, nbytes)
+            owner = found[0].ctx if found is not None and found[0].kind == "device" else None
+            if owner is not None and owner is not s.ctx and not (owner.primary
+                                                                 and s.ctx.primary):
+                result.error = CUDA_ERROR_ILLEGAL_ADDRESS   # not mapped in the kernel's context
+                return result
+            self._enqueue(s, read, f"read {ptr:#x}")
         return result
 
     def synchronize(self, stream, device=0):
@@ -833,7 +942,7 @@ class FakeDriver:
                 s.ops.clear()
             c.per_thread.clear()
             for base in [b for b, a in self.allocations.items() if a.ctx is c and a.allocated]:
-                del self.allocations[base]
+                _space_free(base, self.allocations.pop(base).size)
             for h in [h for h, s in self.streams.items() if s.ctx is c]:
                 del self.streams[h]
             for h in [h for h, e in self.events.items() if e.ctx is c]:
@@ -881,9 +990,27 @@ def enter(device_id, first=False):
 LEAVE = [("cuCtxPopCurrent",)]
 
 
-def query(ptr, first=True):
-    """Asking the device of a pointer on a thread with no current context (GPU 0's borrowed)."""
-    return [("cuCtxGetCurrent",), *enter(0, first), ("cuPointerGetAttributes", ptr), *LEAVE]
+def alloc(nbytes, ptr):
+    """cuMemAlloc, and the allocation's buffer ID noted (checked again before it is freed)."""
+    return [("cuMemAlloc", nbytes), ("cuPointerGetAttributes", ptr)]
+
+
+def free(ptr):
+    """Freeing pydlpack's allocation: only if ptr is still the allocation it made."""
+    return [("cuPointerGetAttributes", ptr), ("cuMemFree", ptr)]
+
+
+def query(ptr, first=True, borrowed=0):
+    """Asking the device of a pointer on a thread with no current context: the first active
+    primary context is borrowed (``borrowed``'s; GPU 0's when none is). ``first``: pydlpack has
+    retained none yet, so it looks for one; else the one it retained is asked for its state."""
+    if not first:
+        return [("cuCtxGetCurrent",), ("cuDevicePrimaryCtxGetState", borrowed),
+                ("cuCtxPushCurrent", ctx(borrowed)), ("cuPointerGetAttributes", ptr), *LEAVE]
+    scan = [call for i in range(borrowed + 1)
+            for call in (("cuDeviceGet", i), ("cuDevicePrimaryCtxGetState", i))]
+    return [("cuCtxGetCurrent",), ("cuDeviceGetCount",), *scan, *enter(borrowed, True),
+            ("cuPointerGetAttributes", ptr), *LEAVE]
 
 
 def _lookup(device_id, stream, first):

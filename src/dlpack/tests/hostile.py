@@ -520,12 +520,14 @@ def _register_mappings() -> None:
     add(g, "cai-version-1", via_cai(version=1), buffer_error(CAI, "'version'"))
     add(g, "cai-version-4", via_cai(version=4), buffer_error(CAI, "'version'"))
     add(g, "cai-data-buffer", via_cai(data=bytearray(16)), buffer_error(CAI, "'data'"))
-    add(g, "cai-stream-0", via_cai(stream=0), buffer_error(CAI, "'stream'"))
+    # 0 is the legacy default stream in a CAI (numba-cuda's default stream; spec §3.4): the
+    # NULL data is what is refused
+    add(g, "cai-stream-0", via_cai(stream=0), buffer_error(CAI, "'data' is NULL"))
     add(g, "cai-stream-bool", via_cai(stream=True), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-str", via_cai(stream="1"), buffer_error(CAI, "'stream'"))
     add(g, "cai-stream-minus-1", via_cai(stream=-1), buffer_error(CAI, "'stream' = -1", "None"))
     add(g, "cai-stream-lying-zero", via_cai(stream=LyingInt(0)),
-        buffer_error(CAI, "'stream' = 0", "ambiguous"))
+        buffer_error(CAI, "'data' is NULL"))
     add(g, "cai-mask", via_cai(mask=object()), buffer_error(CAI, "'mask'"))
     add(g, "cai-typestr-list", via_cai(typestr=["<f8"]), buffer_error(CAI, "'typestr'"))
     add(g, "cai-shape-huge", via_cai(shape=(2**62, 2**62)), buffer_error(CAI, "more elements"))

@@ -29,7 +29,6 @@ int cuGetErrorName(int rc, const char **name) { (void)rc; *name = "CUDA_ERROR_ST
 int cuCtxGetCurrent(void **ctx) { *ctx = stub_depth > 0 ? PRIMARY : NULL; return 0; }
 
 int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr ptr) {
-    (void)ptr;
     stub_queries++;
     if (stub_depth == 0) return 201;                         /* needs a current context */
     for (unsigned i = 0; i < n; i++) {
@@ -37,12 +36,16 @@ int cuPointerGetAttributes(unsigned n, int *attrs, void **values, CUdeviceptr pt
         else if (attrs[i] == 9) *(int *)values[i] = 0;       /* ordinal */
         else if (attrs[i] == 8) *(unsigned *)values[i] = 0;  /* not managed */
         else if (attrs[i] == 4) *(void **)values[i] = NULL;  /* no host pointer */
+        else if (attrs[i] == 1) *(void **)values[i] = PRIMARY;  /* GPU 0's primary context */
+        else if (attrs[i] == 7) *(unsigned long long *)values[i] = ptr; /* buffer ID */
         else return 1;
     }
     return 0;
 }
 
 int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+
+int cuDeviceGetCount(int *count) { *count = 1; return 0; }
 
 int cuDeviceGetAttribute(int *value, int attribute, int dev) {
     (void)dev;
@@ -53,7 +56,7 @@ int cuDeviceGetAttribute(int *value, int attribute, int dev) {
 
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
     stub_retains++;
-    *ctx = (void *)(uintptr_t)(0x1000 + dev);
+    *ctx = (void *)(uintptr_t)(0x1000 + dev);           /* GPU 0's is PRIMARY */
     return 0;
 }
 
@@ -91,6 +94,8 @@ int cuStreamSynchronize(void *stream) { (void)stream; stub_syncs++; return 0; }
 
 int cuEventSynchronize(void *event) { (void)event; stub_syncs++; return 0; }
 
+int cuCtxSynchronize(void) { stub_syncs++; return 0; }
+
 int cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) {
     void *p = malloc(n);
     if (p == NULL) return 2;                                 /* CUDA_ERROR_OUT_OF_MEMORY */
@@ -118,6 +123,24 @@ int cuMemcpy2D_v2(const Memcpy2D *c) {
     for (size_t r = 0; r < c->Height; r++)
         memcpy((char *)c->dstHost + r * c->dstPitch,
                (const char *)(uintptr_t)c->srcDevice + r * c->srcPitch, c->WidthInBytes);
+    return 0;
+}
+
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD; int srcMemoryType; const void *srcHost;
+    CUdeviceptr srcDevice; void *srcArray, *reserved0; size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD; int dstMemoryType; void *dstHost;
+    CUdeviceptr dstDevice; void *dstArray, *reserved1; size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} Memcpy3D;
+
+int cuMemcpy3D_v2(const Memcpy3D *c) {
+    stub_copies++;
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t r = 0; r < c->Height; r++)
+            memcpy((char *)c->dstHost + (z * c->dstHeight + r) * c->dstPitch,
+                   (const char *)(uintptr_t)c->srcDevice + (z * c->srcHeight + r) * c->srcPitch,
+                   c->WidthInBytes);
     return 0;
 }
 

@@ -11,7 +11,9 @@ from dlpack.tests.fake_cuda import (
     CU_MEMORYTYPE_HOST,
     EVENT,
     LEAVE,
+    alloc,
     enter,
+    free,
     query,
     synchronize,
     wait,
@@ -32,7 +34,7 @@ def test_cai_in_device_from_pointer(fake):
     dl = asdlpack(CAI(ptr))
     assert dl.device == (DLDeviceType.kDLCUDA, 1)
     assert dl.__dlpack_device__() == (DLDeviceType.kDLCUDA, 1)
-    assert fake.calls == query(ptr)       # the main thread has no context: GPU 0's is borrowed
+    assert fake.calls == query(ptr, borrowed=1)  # no context here: GPU 1's active one is borrowed
     managed = fake.managed((ctypes.c_float * 6)())
     assert asdlpack(CAI(managed)).device == (DLDeviceType.kDLCUDAManaged, 0)
     pinned = fake.pinned((ctypes.c_float * 6)())
@@ -50,10 +52,10 @@ def test_cai_zero_size_null_pointer(fake):
 
 
 @pytest.mark.parametrize(("consumer", "expected"), [
-    (None, wait(1, 7, 1)),
-    (1, wait(1, 7, 1)),
-    (2, wait(1, 7, 2)),
-    (0xABC, wait(1, 7, 0xABC)),
+    (None, wait(1, 7, 1, first=False)),       # GPU 1's context retained by the import
+    (1, wait(1, 7, 1, first=False)),
+    (2, wait(1, 7, 2, first=False)),
+    (0xABC, wait(1, 7, 0xABC, first=False)),
     (-1, []),
     (7, []),
 ])
@@ -148,13 +150,15 @@ class CudaProducer:
 def test_dlpack_cuda_provider_gets_the_consumers_stream(fake):
     p = CudaProducer()
     dl = asdlpack(p)
-    assert dl.device == (DLDeviceType.kDLCUDA, 0) and p.streams == [None]
+    # asked with the legacy default stream (its __dlpack_device__ says CUDA): None would make
+    # JAX block the host until its buffers are ready, for an import that orders nothing
+    assert dl.device == (DLDeviceType.kDLCUDA, 0) and p.streams == [1]
     dl.__dlpack__(stream=42, max_version=(1, 0))
-    assert p.streams == [None, 42]             # the provider syncs for the real consumer
+    assert p.streams == [1, 42]                # the provider syncs for the real consumer
     dl.__dlpack__(stream=-1, max_version=(1, 0))
-    assert p.streams == [None, 42]
+    assert p.streams == [1, 42]
     assert dl.__cuda_array_interface__["stream"] == 1
-    assert p.streams == [None, 42, 1]          # asked again, for the legacy default stream
+    assert p.streams == [1, 42, 1]             # asked again, for the legacy default stream
     assert fake.calls == []
 
 
@@ -204,7 +208,8 @@ def test_device_to_host_copy_is_ordered_owned_and_flagged(fake):
     fake.calls.clear()
     capsule = dl.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
     info = todict(capsule)
-    assert fake.calls == [*synchronize(1, 7), *enter(1, True), ("cuMemcpyDtoH", ptr, 24), *LEAVE]
+    assert fake.calls == [*synchronize(1, 7, first=False), *enter(1), ("cuMemcpyDtoH", ptr, 24),
+                          *LEAVE]
     assert info["device"] == (DLDeviceType.kDLCPU, 0) and info["flags"] & 2     # IS_COPIED
     assert info["data"] != ptr and info["strides"] == (3, 1)
     assert list((ctypes.c_float * 6).from_address(info["data"])) == list(range(6))
@@ -220,9 +225,10 @@ def test_device_to_host_copy_of_strided_data_copies_the_elements(fake):
     info = todict(capsule)       # the capsule, unconsumed, owns the copy: kept while it is read
     # rows of 3 elements (i) at 4-byte steps, one row per j, lowest first; they overlap (an
     # 8-byte pitch under 12-byte rows), so each is its own copy
-    assert fake.calls == [*synchronize(1, 7), *enter(1, True),
-                          ("cuDeviceGetAttribute", 11, 1), ("cuMemcpy2D", ptr, 12, 1, 12),
-                          ("cuMemcpy2D", ptr + 8, 12, 1, 12), *LEAVE]
+    # (one row each: a cuMemcpyDtoH, which has no pitch to exceed MAX_PITCH)
+    assert fake.calls == [*synchronize(1, 7, first=False), *enter(1),
+                          ("cuDeviceGetAttribute", 11, 1), ("cuMemcpyDtoH", ptr, 12),
+                          ("cuMemcpyDtoH", ptr + 8, 12), *LEAVE]
     got = list((ctypes.c_float * 6).from_address(info["data"]))
     assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
 
@@ -233,7 +239,7 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
     info = todict(capsule)
     ptr = info["data"]
-    assert fake.calls == [*enter(1, True), ("cuMemAlloc", 8), *LEAVE,
+    assert fake.calls == [*enter(1, True), *alloc(8, ptr), *LEAVE,
                           *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE,
                           *wait(1, 1, 5, first=False)]     # stream 5 waits for the copy
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
@@ -241,7 +247,7 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     fake.synchronize(5)                          # before stream 5's next work
     assert fake.read(ptr, 8) == b
     del capsule                                  # never consumed: the destructor frees it
-    assert fake.calls[-4:] == [*enter(1), ("cuMemFree", ptr), *LEAVE]
+    assert fake.calls[-5:] == [*enter(1), *free(ptr), *LEAVE]
     assert not fake.allocated()
 
 
@@ -259,7 +265,16 @@ def test_per_thread_default_stream_served_for_providers_that_refuse_it(fake):
     p = CudaProducer()
     dl = asdlpack(p)
     dl.__dlpack__(stream=2, max_version=(1, 0))
-    assert p.streams == [None, 1]          # the legacy default stream orders stream 2 too
+    assert p.streams == [1, 1]             # the legacy default stream orders stream 2 too
+
+
+@pytest.mark.parametrize("device", [(1, 0), "lies", None, (2.0, 0)])
+def test_import_stream_is_none_unless_the_provider_says_cuda(fake, device):
+    """CPU providers and ones whose __dlpack_device__ fails or lies are asked as before."""
+    p = CudaProducer()
+    p.__dlpack_device__ = (lambda: device) if device != "lies" else (lambda: 1 / 0)
+    asdlpack(p)
+    assert p.streams == [None]
 
 
 def test_exchange_api_cuda_work_stream_and_ordering(fake):
@@ -283,7 +298,7 @@ def test_exchange_api_cuda_work_stream_and_ordering(fake):
     fake.calls.clear()
     m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
     assert from_py(dl, ctypes.byref(m)) == 0
-    assert fake.calls == wait(1, 7, 1)
+    assert fake.calls == wait(1, 7, 1, first=False)
     m.contents.deleter(m)
 
 
@@ -292,7 +307,7 @@ def test_primary_context_retained_once_per_device(fake):
     fake.calls.clear()
     dl.__dlpack__(stream=1, max_version=(1, 0))
     dl.__dlpack__(stream=2, max_version=(1, 0))
-    assert fake.calls == wait(1, 7, 1) + wait(1, 7, 2, first=False)
+    assert fake.calls == wait(1, 7, 1, first=False) + wait(1, 7, 2, first=False)
     assert fake.current == []                       # every push was popped
 
 
@@ -345,10 +360,8 @@ def test_device_ids_beyond_the_table_are_refused(fake):
     fake.attributes[ctypes.addressof(data)] = (2, 4096, False)
     fake.stream(9)
     obj = CAI(ctypes.addressof(data), stream=9)
-    dl = asdlpack(obj)
-    assert dl.device == (DLDeviceType.kDLCUDA, 4096)
-    with pytest.raises(BufferError, match="device 4096 is out of range"):
-        dl.__dlpack__(stream=1, max_version=(1, 0))
+    with pytest.raises(BufferError, match="device ordinal 4096, which is not a device"):
+        asdlpack(obj)
     with pytest.raises(BufferError, match="device 4096 is out of range"):
         asdlpack(b"ab").__dlpack__(max_version=(1, 0), dl_device=(2, 4096))
 

@@ -229,7 +229,8 @@ def test_exchange_api_driver_failure_is_an_error_not_a_tensor(fake):
     as_dltensor = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(
         dlc.DLTensor))(ctypes.c_void_p.from_address(base + 16 + 3 * size).value)
     dl = asdlpack(CAI(_memory(fake, device=1), stream=7))
-    for entry in ("cuDeviceGet", "cuCtxPushCurrent", "cuEventRecord", "cuStreamWaitEvent"):
+    for entry in ("cuDevicePrimaryCtxGetState", "cuCtxPushCurrent", "cuEventRecord",
+                  "cuStreamWaitEvent"):
         strict.fail = {entry: 700}
         m = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
         with pytest.raises(_core.CudaError, match=entry):

@@ -17,6 +17,7 @@ from dlpack.tests.fake_cuda import (
     EVENT,
     LEAVE,
     POISON,
+    alloc,
     ctx,
     enter,
     primary,
@@ -65,11 +66,11 @@ def refused(fake):
 
 def test_1_cai_import_on_a_thread_without_a_context(fake):
     """Worker threads and JAX-only processes have no current context: the pointer query
-    borrows GPU 0's primary one (before: CUDA_ERROR_INVALID_CONTEXT, the import refused)."""
+    borrows an active primary one (before: CUDA_ERROR_INVALID_CONTEXT, the import refused)."""
     ptr = fake.device_array(floats(*range(6)), device=1)
     dl = on_thread(lambda: asdlpack(CAI(ptr)))
     assert dl.device == (CUDA, 1)
-    assert fake.calls == query(ptr) and refused(fake) == []
+    assert fake.calls == query(ptr, borrowed=1) and refused(fake) == []
 
 
 def test_1_a_current_context_is_used_as_it_is(fake):
@@ -88,8 +89,11 @@ def test_1_a_current_context_is_used_as_it_is(fake):
             pop(ctypes.byref(ctypes.c_void_p()))
 
     assert on_thread(work).device == (CUDA, 1)
+    # the memory is GPU 1's primary context's (checked: not another context's)
     assert fake.calls == [("cuCtxPushCurrent", other), ("cuCtxGetCurrent",),
-                          ("cuPointerGetAttributes", ptr), ("cuCtxPopCurrent",)]
+                          ("cuPointerGetAttributes", ptr), ("cuDeviceGet", 1),
+                          ("cuDevicePrimaryCtxGetState", 1), *primary(1, True),
+                          ("cuCtxPopCurrent",)]
 
 
 # -- 2: host consumers of pinned or managed data -----------------------------------------------
@@ -107,7 +111,9 @@ def test_2_numpy_reads_pinned_or_managed_data_after_the_producer(fake, kind):
     fake.kernel(side, ptr, floats(*range(10, 16)))      # the producer's kernel, not run yet
     fake.calls.clear()
     assert np.from_dlpack(dl).tolist() == list(range(10, 16))
-    assert fake.calls == synchronize(0, side)
+    # managed memory: the device is asked once whether the host may read it while kernels run
+    managed = [*enter(0), ("cuDeviceGetAttribute", 89, 0), *LEAVE] if kind == "managed" else []
+    assert fake.calls == synchronize(0, side) + managed
 
 
 def test_2_a_gpu_consumer_of_pinned_data_still_gets_an_event(fake):
@@ -162,17 +168,20 @@ def test_3_device_copy_freed_on_another_thread_while_the_device_waits_on_python(
 
 def test_3_blocking_calls_are_made_without_the_gil(fake):
     np = lib("numpy")
-    ptr = fake.device_array(floats(*range(12)), device=1)
+    ptr = fake.device_array(floats(*range(64)), device=1)
     side = fake.stream(device=1)
-    dl = asdlpack(CAI(ptr, stream=side, shape=(3, 2), strides=(4, 12)))
-    np.from_dlpack(dl, device="cpu")                                 # sync, 2-D copies
+    dl = asdlpack(CAI(ptr, stream=side, shape=(2, 3), strides=(64, 4)))
+    np.from_dlpack(dl, device="cpu")                                 # sync, a 2-D copy
     np.from_dlpack(asdlpack(CAI(ptr, stream=side)), device="cpu")    # cuMemcpyDtoH
+    np.from_dlpack(asdlpack(CAI(ptr, stream=side, shape=(2, 2, 2), strides=(128, 32, 4))),
+                   device="cpu")                                     # a 3-D copy
     copy = asdlpack(b"abcd").__dlpack__(dl_device=(2, 2), max_version=(1, 0))
     del copy                                                         # alloc, HtoD, free
     names = {c[0] for c in fake.calls}
-    # cuEventSynchronize (an Arrow sync_event) is exercised by test_in_arrow's host reads, under
-    # the same fixture check
-    assert fake_cuda.BLOCKING - {"cuInit", "cuEventSynchronize"} <= names, names
+    # cuEventSynchronize (an Arrow sync_event) is exercised by test_in_arrow's host reads and
+    # cuCtxSynchronize by test_driver_rules' managed-memory reads, under the same fixture check
+    assert fake_cuda.BLOCKING - {"cuInit", "cuEventSynchronize", "cuCtxSynchronize"} <= names, \
+        names
     assert fake.gil_held == []
 
 
@@ -184,7 +193,7 @@ def _written_in_another_context(fake):
     cuCtxCreate, green contexts), with the fake's call log cleared."""
     other = fake.context(1)
     side = fake.stream(context=other)
-    ptr = fake.device_array(floats(*range(6)), context=other)
+    ptr = fake.device_array(floats(*range(6)), device=1)       # the primary context's memory
     dl = asdlpack(CAI(ptr, stream=side))
     fake.kernel(side, ptr, floats(*range(10, 16)))
     fake.calls.clear()
@@ -196,7 +205,7 @@ def test_4_event_recorded_in_the_context_of_the_producers_stream(fake):
     context (before: the event, made in the primary one, could not be recorded there: 400)."""
     other, side, ptr, dl = _written_in_another_context(fake)
     dl.__dlpack__(stream=1, max_version=(1, 0))     # a consumer on GPU 1's legacy stream
-    assert fake.calls == [("cuStreamGetCtx", side), *primary(1, True),
+    assert fake.calls == [("cuStreamGetCtx", side), *primary(1),
                           ("cuCtxPushCurrent", other), ("cuEventCreate", 2),
                           ("cuEventRecord", EVENT, side), ("cuCtxPushCurrent", ctx(1)),
                           ("cuStreamWaitEvent", 1, EVENT, 0), ("cuCtxPopCurrent",),
@@ -227,7 +236,7 @@ def test_5_host_to_device_copy_lands_before_an_unordered_consumer(fake, stream):
     seen = fake.consume(side, ptr, 8)
     fake.synchronize(side)
     assert seen.value == b"abcdefgh"
-    assert fake.calls == [*enter(0, True), ("cuMemAlloc", 8), *LEAVE, *enter(0),
+    assert fake.calls == [*enter(0, True), *alloc(8, ptr), *LEAVE, *enter(0),
                           ("cuMemcpyHtoD", ptr, 8), ("cuStreamSynchronize", 1), *LEAVE]
 
 
@@ -330,7 +339,7 @@ def test_8_legacy_consumer_of_read_only_cuda_data_gets_a_device_copy(fake):
     info = todict(capsule)
     assert info["version"] is None and info["device"] == (CUDA, 1) and info["data"] != ptr
     copy = info["data"]
-    assert fake.calls == [*wait(1, side, 1), *enter(1), ("cuMemAlloc", 24), *LEAVE,
+    assert fake.calls == [*wait(1, side, 1, first=False), *enter(1), *alloc(24, copy), *LEAVE,
                           *primary(1), ("cuCtxPushCurrent", ctx(1)),
                           ("cuMemcpyDtoDAsync", copy, ptr, 24, 1), *LEAVE]
     seen = fake.consume(1, copy, 24, device=1)

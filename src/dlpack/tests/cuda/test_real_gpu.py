@@ -143,7 +143,7 @@ def test_torch_side_stream_is_ordered_through_its_exchange_api():
     total = cupy.from_dlpack(dl).sum()      # CuPy's stream waits for torch's side stream
     gate.open()
     assert float(total) == 3.0 * t.numel()
-    assert dl.__cuda_array_interface__["stream"] is None   # torch's default stream: none named
+    assert dl.__cuda_array_interface__["stream"] == 1      # torch's default stream: the legacy
 
 
 def test_per_thread_default_stream_consumer_of_a_side_stream_tensor():
@@ -346,47 +346,67 @@ def test_threads_without_a_context():
     assert out["device"] == (CUDA, t.device.index or 0) and out["host"] == list(range(64))
 
 
-def test_a_stream_of_another_context():
-    """A stream of a context made with cuCtxCreate (PyCUDA does so): the event lives there."""
+def test_memory_of_another_context_is_refused():
+    """Memory of a context made with cuCtxCreate (PyCUDA does so) is not mapped in the primary
+    context where torch runs: refused, naming the context, instead of an illegal address."""
     create = _entry("cuCtxCreate_v2")
     create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
     destroy = _entry("cuCtxDestroy_v2")
     destroy.argtypes = [ctypes.c_void_p]
     pop = _entry("cuCtxPopCurrent_v2")
     pop.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    push = _entry("cuCtxPushCurrent_v2")
-    push.argtypes = [ctypes.c_void_p]
-    new_stream = _entry("cuStreamCreate")
-    new_stream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
     alloc = _entry("cuMemAlloc_v2")
     alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
-    memset = _entry("cuMemsetD32Async")
-    memset.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-    free = _entry("cuMemFree_v2")
-    free.argtypes = [ctypes.c_uint64]
-    sync = _entry("cuCtxSynchronize")
     torch.zeros(1, device="cuda")
-    n = 1 << 16
-    context, stream, ptr = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+    context, ptr = ctypes.c_void_p(), ctypes.c_uint64()
     _check(create(ctypes.byref(context), 0, torch.cuda.current_device()), "cuCtxCreate")
     try:
-        _check(new_stream(ctypes.byref(stream), 1), "cuStreamCreate")    # non-blocking
-        _check(alloc(ctypes.byref(ptr), 4 * n), "cuMemAlloc")
-        gate = Gate()
-        gate.hold(stream.value)
-        _check(memset(ptr.value, 0x40A00000, n, stream.value), "cuMemsetD32Async")  # 5.0
+        _check(alloc(ctypes.byref(ptr), 4 * 64), "cuMemAlloc")
         pop(ctypes.byref(ctypes.c_void_p()))         # the thread's context is torch's again
-        dl = asdlpack(_cai(ptr.value, n, stream.value))
-        total = torch.from_dlpack(dl).sum()          # torch's stream waits for the other one
-        gate.open()
-        assert total.item() == 5.0 * n
-        del dl
-        torch.cuda.synchronize()
-        push(context)
-        sync()
-        free(ptr.value)
+        with pytest.raises(BufferError, match="primary context"):
+            asdlpack(_cai(ptr.value, 64, None))
     finally:
-        destroy(context)
+        destroy(context)                             # frees ptr with it
+
+
+def test_numba_default_stream_zero_is_the_legacy_stream():
+    """numba-cuda names cuda.default_stream() 0 in its CAI; CuPy reads that as the legacy
+    stream, and so does pydlpack (before: refused as ambiguous)."""
+    numba_cuda = pytest.importorskip("numba.cuda")
+    a = numba_cuda.to_device(np_arange(16), stream=numba_cuda.default_stream())
+    dl = asdlpack(a)
+    assert dl.__cuda_array_interface__["stream"] in (1, None)
+    assert torch.from_dlpack(dl).tolist() == list(range(16))
+
+
+def test_torch_cai_without_a_stream_is_ordered_after_the_legacy_stream():
+    """torch's own CAI is version 2 with no 'stream': the producer's stream is unknown, so the
+    re-export names the legacy default stream (1), never None ("no synchronisation")."""
+    t = torch.arange(16, device="cuda", dtype=torch.float32)
+    view = type("TorchCAI", (), {"__cuda_array_interface__": t.__cuda_array_interface__})()
+    dl = asdlpack(view)
+    assert dl.__cuda_array_interface__["stream"] == 1
+    assert torch.from_dlpack(dl).tolist() == list(range(16))
+
+
+def test_a_host_copy_of_rows_longer_than_max_pitch():
+    """One row longer than CU_DEVICE_ATTRIBUTE_MAX_PITCH (2 GiB on current GPUs) is one
+    cuMemcpyDtoH: cuMemcpy2D refuses such a pitch even for one row."""
+    np = pytest.importorskip("numpy")
+    n = (1 << 29) + 64                               # 2 GiB + 256 bytes of float32 per row
+    free_bytes, _ = torch.cuda.mem_get_info()
+    if free_bytes < 8 * n + (1 << 30):
+        pytest.skip("needs about 5 GiB of free GPU memory")
+    t = torch.ones((2, n), device="cuda", dtype=torch.float32)[:, :n - 1]
+    got = np.from_dlpack(asdlpack(t), device="cpu", copy=True)
+    assert got.shape == (2, n - 1) and float(got[1, -1]) == 1.0
+    del t, got
+    torch.cuda.empty_cache()
+
+
+def np_arange(n):
+    np = pytest.importorskip("numpy")
+    return np.arange(n, dtype=np.float32)
 
 
 def test_device_copies_freed_on_other_threads_under_load():
@@ -497,3 +517,21 @@ def test_jax_gpu_round_trips():
     k = jax.dlpack.from_dlpack(asdlpack(t))
     assert float(k.sum()) == float(t.sum()) and k.unsafe_buffer_pointer() == t.data_ptr()
     assert torch.from_dlpack(asdlpack(k)).data_ptr() == t.data_ptr()
+
+
+def test_pinned_memory_to_consumers_that_refuse_cuda_host():
+    """torch's pin_memory() through __cuda_array_interface__-less paths is kDLCUDAHost only when
+    read through the driver; a CAI view of it is, and on_host() hands it to NumPy, torch and
+    JAX as CPU memory without a copy (NumPy and torch at the same address)."""
+    np = pytest.importorskip("numpy")
+    t = torch.arange(16, dtype=torch.float32).pin_memory()
+    view = _cai(t.data_ptr(), 16, None)
+    dl = asdlpack(view)
+    assert dl.device == (CUDA_HOST, 0)
+    assert todict(dl.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))["data"] == t.data_ptr()
+    host = dl.on_host()
+    a = np.from_dlpack(host)
+    assert a.__array_interface__["data"][0] == t.data_ptr() and a.tolist() == list(range(16))
+    assert torch.from_dlpack(host).data_ptr() == t.data_ptr()
+    jnp = pytest.importorskip("jax.numpy")
+    assert jnp.from_dlpack(host).tolist() == list(range(16))

@@ -1,0 +1,321 @@
+"""CUDA as torch, CuPy, Numba and JAX drive it (spec §3.4, §10): whose context memory belongs
+to, which context a pointer query borrows, what a CAI's stream says when it says nothing, copies
+the driver refuses for one row, and memory that is pydlpack's to free. Each test fails on the
+fake driver when its rule is broken, as it would on libcuda."""
+
+import ctypes
+
+import pytest
+
+from dlpack import asdlpack, todict
+from dlpack.tests import arrow_producers as ap
+from dlpack.tests import fake_cuda
+from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
+from dlpack.tests.helpers import CAI, cuda_floats
+
+
+def floats(*values):
+    return bytes((ctypes.c_float * len(values))(*values))
+
+
+def on_thread(fn):
+    """fn's result on a new thread (which has no current CUDA context)."""
+    import threading
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+# -- whose memory -------------------------------------------------------------------------------
+
+
+def test_memory_of_a_non_primary_context_is_refused(fake):
+    """cuCtxCreate or PyCUDA memory is not mapped in the primary context where consumers run: a
+    kernel there reading it faults (the fake says CUDA_ERROR_ILLEGAL_ADDRESS, as libcuda does)."""
+    other = fake.context(1)
+    ptr = fake.device_array(floats(*range(6)), context=other)
+    fake.stream(7, device=1)
+    assert fake.consume(1, ptr, 24, device=1).error == CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(BufferError, match=rf"context {other:#x}, not of GPU 1's primary "
+                                          r"context.*autoprimaryctx"):
+        asdlpack(CAI(ptr, stream=7))
+    assert fake.current == []
+
+
+def test_memory_of_the_primary_context_and_of_no_context_is_accepted(fake):
+    """Pool (cudaMallocAsync) and VMM memory report no context (NULL): they are usable from
+    every context of the device."""
+    ptr = cuda_floats(fake)
+    assert asdlpack(CAI(ptr)).device == (2, 1)
+    data = (ctypes.c_float * 6)(*range(6))
+    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_DEVICE, 1, False)
+    assert asdlpack(CAI(ctypes.addressof(data))).device == (2, 1)
+
+
+# -- which context a query borrows ---------------------------------------------------------------
+
+
+def test_a_query_borrows_the_active_primary_context_and_creates_none(fake):
+    """Only GPU 3 has an active primary context (torch ran there): a thread without a context
+    borrows it, and GPU 0 gets no context of ours (hundreds of MiB; refused where GPU 0 is
+    EXCLUSIVE_PROCESS)."""
+    ptr = fake.device_array(floats(*range(6)), device=3)
+    dl = on_thread(lambda: asdlpack(CAI(ptr)))
+    assert dl.device == (2, 3)
+    assert fake.calls == fake_cuda.query(ptr, borrowed=3)
+    assert ("cuDevicePrimaryCtxRetain", 0) not in fake.calls
+    assert not fake.primary(0).active
+
+
+def test_a_query_retains_gpu_0_only_when_no_context_is_active(fake):
+    data = (ctypes.c_float * 6)(*range(6))
+    fake.attributes[ctypes.addressof(data)] = (fake_cuda.CU_MEMORYTYPE_DEVICE, 0, False)
+    assert fake.calls == [] and not any(fake.primary(d).active for d in range(8))
+    assert on_thread(lambda: asdlpack(CAI(ctypes.addressof(data)))).device == (2, 0)
+    assert ("cuDevicePrimaryCtxRetain", 0) in fake.calls
+
+
+# -- what a CAI's stream says -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cai", [{"version": 2}, {"version": 3}],
+                         ids=["version-2", "version-3-without-stream"])
+def test_a_cai_without_a_stream_is_ordered_after_the_legacy_stream(fake, cai):
+    """torch's CAI (version 2, no 'stream'): its work is on the legacy default stream, so a
+    consumer on another stream waits for that, and the re-exported CAI says 1, not None."""
+    ptr = cuda_floats(fake, stream=None)
+    obj = CAI(ptr, version=cai["version"])
+    obj.__cuda_array_interface__.pop("stream", None)
+    dl = asdlpack(obj)
+    assert dl.__cuda_array_interface__["stream"] == 1
+    side = fake.stream(device=1, nonblocking=True)
+    fake.kernel(1, ptr, floats(*range(10, 16)), device=1)     # still queued on the legacy one
+    fake.calls.clear()
+    dl.__dlpack__(stream=side, max_version=(1, 0))
+    assert ("cuEventRecord", EVENT, 1) in fake.calls
+    seen = fake.consume(side, ptr, 24, device=1)
+    fake.synchronize(side, device=1)
+    assert seen.value == floats(*range(10, 16))
+
+
+def test_a_cai_stream_none_still_means_no_synchronisation(fake):
+    dl = asdlpack(CAI(cuda_floats(fake, stream=None), stream=None))
+    assert dl.__cuda_array_interface__["stream"] is None
+    fake.calls.clear()
+    dl.__dlpack__(stream=1, max_version=(1, 0))
+    assert fake.calls == []
+
+
+def test_data_on_the_legacy_stream_is_reported_as_stream_1(fake):
+    """CAI v3: None means "no synchronisation needed"; a producer with work queued on the
+    default stream must name it, or a CuPy non-blocking stream would not wait."""
+    dl = asdlpack(CAI(cuda_floats(fake, stream=1), stream=1))
+    assert dl.__cuda_array_interface__["stream"] == 1
+
+
+# -- copies the driver refuses -----------------------------------------------------------------
+
+
+def test_a_row_longer_than_max_pitch_is_copied_without_a_pitch(fake):
+    """cuMemcpy2D refuses a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH even for one row (the fake
+    too): a contiguous run that long (over 2 GiB on a real GPU) is one cuMemcpyDtoH."""
+    np = pytest.importorskip("numpy")
+    fake.max_pitch = 64
+    ptr = cuda_floats(fake, range(80), stream=None)
+    dl = asdlpack(CAI(ptr, stream=None, shape=(2, 32), strides=(192, 4)))    # rows: 128 bytes
+    fake.calls.clear()
+    got = np.from_dlpack(dl, device="cpu", copy=True)
+    assert got.tolist() == [list(range(32)), list(range(48, 80))]
+    assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
+        ("cuMemcpyDtoH", ptr, 128), ("cuMemcpyDtoH", ptr + 192, 128)]
+
+
+def test_a_device_copy_with_stream_minus_1_waits_for_the_arrow_sync_event(fake):
+    """Read-only Arrow data for a legacy consumer passing stream -1 is a private copy queued on
+    the legacy stream: it must wait for the producer's sync_event (before: it copied the bytes
+    the producer's queued kernel had not written yet)."""
+    ptr = fake.device_array(floats(0, 0, 0), device=1)
+    producer = fake.stream(device=1, nonblocking=True)
+    fake.hold(producer, device=1)
+    fake.kernel(producer, ptr, floats(1, 2, 3), device=1)
+    event = fake.record(producer, device=1)
+    col = ap.primitive("f", [0, 0, 0], b"f")
+    col.buffers[1] = ap.Address(ptr)
+    dl = asdlpack(ap.DeviceProducer(col, 2, 1, event))
+    fake.calls.clear()
+    import threading
+
+    threading.Timer(0.2, lambda: fake.release(producer, device=1)).start()
+    capsule = dl.__dlpack__(stream=-1)                  # a legacy consumer: a private copy
+    copy = todict(capsule)["data"]
+    assert copy != ptr and ("cuStreamWaitEvent", 1, event, 0) in fake.calls
+    assert fake.read(copy, 12) == floats(1, 2, 3)
+
+
+class _Index:
+    """_Index()[...] is the index itself (numpy.s_ without NumPy at collection)."""
+
+    def __getitem__(self, index):
+        return index
+
+
+S = _Index()
+VIEWS = [  # (shape of the base array, index): views whose host copy takes 2-D or 3-D copies
+    ((6, 8, 10), S[::2, 1::3, ::2]),
+    ((6, 8, 10), S[:, ::2, :5]),
+    ((6, 8, 10), S[::-1, ::-2, 1:9:3]),
+    ((4, 5, 6, 7), S[::2, :, ::2, ::3]),
+    ((4, 5, 6, 7), S[1:3, ::-1, 2:4, :]),
+    ((3, 4, 5), S[:, :, ::-1]),
+    ((40, 3), S[::3, ::2]),
+]
+
+
+@pytest.mark.parametrize(("shape", "index"), VIEWS)
+def test_host_copies_of_strided_views_match_numpy(fake, shape, index):
+    """Each view's host copy equals NumPy's copy of the same view of the same bytes, with one
+    driver call per index of the dimensions outside the 3-D copies (never one per row)."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    view = base[index]
+    ptr = fake.device_array(base.tobytes(), device=1)
+    offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    dl = asdlpack(CAI(ptr + offset, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    got = np.from_dlpack(dl, device="cpu", copy=True)
+    assert got.tolist() == view.tolist()
+    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    moving = [n for _, n in sorted(zip(np.abs(view.strides), view.shape, strict=True))
+              if n > 1]
+    assert len(copies) <= max(1, int(np.prod(moving[1:]))), copies      # never one per row
+    assert sum(c[2] * c[3] * (c[4] if c[0] == "cuMemcpy3D" else 1) if c[0] != "cuMemcpyDtoH"
+               else c[2] for c in copies) == view.nbytes                # elements, not spans
+
+
+def test_a_3d_view_is_one_cumemcpy3d(fake):
+    """Slices a whole number of rows apart (a[:, ::2, :5] of a C array): one call, where rows
+    of 2-D copies took one per slice (10⁶ calls for realistic sizes)."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(6 * 8 * 10, dtype=np.float32).reshape(6, 8, 10)
+    view = base[:, ::2, :5]
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
+        ("cuMemcpy3D", ptr, 20, 4, 6, 80, 4)]
+
+
+# -- memory that is ours to free ----------------------------------------------------------------
+
+
+def test_a_copy_outliving_a_context_reset_never_frees_another_librarys_memory(fake):
+    """Numba's cuda.close() resets GPU 1's primary context, freeing our device copy; another
+    library retains the context again and cuMemAlloc hands it the same address. Our deleter
+    must not free that (before: the epoch check passed, as nobody saw the reset)."""
+    capsule = asdlpack(b"abcdefgh").__dlpack__(dl_device=(2, 1), max_version=(1, 0))
+    ptr = todict(capsule)["data"]
+    fake.reset_primary(1)
+    theirs = fake.library_alloc(8, device=1)
+    assert theirs == ptr                    # the freed address, reused
+    fake.calls.clear()
+    del capsule
+    assert ("cuMemFree", ptr) not in fake.calls
+    assert fake.allocated() == [theirs]
+    assert fake.current == []
+
+
+def test_our_own_copy_is_freed_by_its_deleter(fake):
+    capsule = asdlpack(b"abcdefgh").__dlpack__(dl_device=(2, 1), max_version=(1, 0))
+    ptr = todict(capsule)["data"]
+    del capsule
+    assert fake.calls[-5:] == [*fake_cuda.enter(1), *fake_cuda.free(ptr), *fake_cuda.LEAVE]
+    assert not fake.allocated()
+
+
+# -- managed memory on devices without concurrent access ------------------------------------------
+
+
+@pytest.mark.parametrize("concurrent", [1, 0])
+def test_host_reads_of_managed_memory_wait_as_the_device_requires(fake, concurrent):
+    """Without CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS (WSL2, Windows, older GPUs) the CPU
+    may not touch managed memory while any kernel runs on the device, not only the producer's:
+    the context is synchronised before a host read (asked once per device)."""
+    fake.concurrent_managed = concurrent
+    data = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.managed(data, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side))
+    assert dl.device == (13, 1)
+    other = fake.stream(device=1)
+    fake.kernel(other, fake.device_array(bytes(4), device=1), b"busy", device=1)
+    fake.calls.clear()
+    with memoryview(dl) as m:
+        assert m.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert dl.__array_interface__["shape"] == (2, 3)
+    synced = [c for c in fake.calls if c[0] == "cuCtxSynchronize"]
+    assert synced == ([] if concurrent else [("cuCtxSynchronize",)] * 2)
+    assert bool(fake.pending()) == bool(concurrent)     # the other stream's kernel: done or not
+    asked = [c for c in fake.calls if c[:2] == ("cuDeviceGetAttribute", 89)]
+    assert len(asked) == 1
+
+
+# -- pinned and managed memory for consumers that refuse it ---------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["pinned", "managed"])
+def test_dl_device_cpu_of_memory_the_host_reads_in_place_is_a_view(fake, kind):
+    """dl_device=(kDLCPU, 0) of pinned or managed memory: the same memory as a CPU tensor, after
+    the producer's stream (before: a copy); copy=False is honoured, copy=True still copies."""
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = getattr(fake, kind)(memory, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side))
+    fake.kernel(side, ptr, floats(*range(10, 16)), device=1)
+    fake.calls.clear()
+    for copy in (None, False):
+        info = todict(dl.__dlpack__(dl_device=(1, 0), copy=copy, max_version=(1, 3)))
+        assert info["data"] == ptr and info["device"] == (1, 0) and not info["flags"] & 2
+    assert fake.calls[:4] == fake_cuda.synchronize(1, side, first=False)    # waited first
+    assert list(memory) == list(range(10, 16))
+    info = todict(dl.__dlpack__(dl_device=(1, 0), copy=True, max_version=(1, 3)))
+    assert info["data"] != ptr and info["flags"] & 2
+
+
+def test_dl_device_cpu_of_read_only_pinned_memory_for_a_legacy_consumer_is_a_copy(fake):
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.pinned(memory, device=1)
+    dl = asdlpack(CAI(ptr, stream=None, readonly=True))
+    info = todict(dl.__dlpack__(dl_device=(1, 0)))          # unversioned: cannot say READ_ONLY
+    assert info["data"] != ptr and info["device"] == (1, 0)
+
+
+@pytest.mark.parametrize("consumer", ["numpy", "torch", "jax"])
+def test_on_host_hands_pinned_memory_to_consumers_that_refuse_cuda_host(fake, consumer):
+    """JAX, CuPy and torch refuse kDLCUDAHost tensors; dl.on_host() is the same memory as a CPU
+    object, after the producer's work (the wait logged before any read)."""
+    from dlpack.tests.helpers import consume
+
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = fake.pinned(memory, device=1)
+    side = fake.stream(device=1)
+    dl = asdlpack(CAI(ptr, stream=side, shape=(6,)))
+    fake.kernel(side, ptr, floats(*range(10, 16)), device=1)
+    fake.calls.clear()
+    host = dl.on_host()
+    assert host.device == (1, 0) and fake.calls[:4] == fake_cuda.synchronize(1, side, first=False)
+    result, address, _ = consume(consumer, host)
+    assert [float(v) for v in result.tolist()] == list(range(10, 16))
+    if consumer != "jax":                   # JAX copies host memory it does not own
+        assert address == ptr
+    assert host.on_host() is host
+
+
+def test_on_host_refuses_device_memory(fake):
+    dl = asdlpack(CAI(cuda_floats(fake)))
+    with pytest.raises(BufferError, match=r"on_host: .*cannot read in place.*dl_device=\(1, 0\)"):
+        dl.on_host()
+    assert fake.touched() == []
