@@ -337,9 +337,16 @@ cdef enum:
     ARROW_SCANS_ON_STACK = 8            # levels whose null scans need no allocation
 
 
-cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
+cdef enum:
+    ARROW_BITMAP_CHUNK = 1 << 20        # bytes of a device bitmap copied to the host at once
+
+
+cdef int _arrow_nulls(DLPackObject self, const _NullScan *s, str protocol, int depth,
+                      bint *waited) except -1:
     """Refuse nulls among the count values from physical index start (validity bits only
-    there: padding and bits outside the slice do not count)."""
+    there: padding and bits outside the slice do not count). A bitmap is read only when its
+    null_count cannot answer, and only after the producer's sync_event (waited once per
+    array): by the CPU where the device is host-readable, else copied by the driver."""
     cdef int64_t nulls = s.nulls
     if nulls == 0 or s.count == 0:
         return 0
@@ -349,11 +356,41 @@ cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
         raise Refusal(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
                       "validity bitmap (buffers[0]) is NULL")
     if not (s.whole and nulls > 0):
-        nulls = _zero_bits(s.bits, s.start, s.count)
+        if not waited[0]:
+            _host_wait(self)
+            waited[0] = True
+        if _host_accessible(self.dl.device.device_type):
+            nulls = _zero_bits(s.bits, s.start, s.count)
+        else:
+            nulls = _device_zero_bits(self.dl.device.device_id, <uintptr_t>s.bits, s.start,
+                                      s.count)
         if nulls == 0:
             return 0
     raise Refusal(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {s.count} "
                   f"values; {_FILL_NULL}")
+
+
+cdef int64_t _device_zero_bits(int32_t device_id, uintptr_t bits, int64_t start,
+                               int64_t count) except -1:
+    """_zero_bits of a bitmap in CUDA device memory, whose bytes the driver copies to the
+    host a chunk at a time (the CPU never reads device memory: docs/spec.md §13)."""
+    cdef int64_t zeros = 0, first = start >> 3, bit = start & 7, take
+    cdef size_t nbytes, room = <size_t>min((bit + count + 7) >> 3, ARROW_BITMAP_CHUNK)
+    cdef uint8_t *buf = <uint8_t *>malloc(room)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        while count > 0:
+            nbytes = <size_t>min((bit + count + 7) >> 3, <int64_t>room)
+            _cu_copy(device_id, buf, <const void *>(bits + <uintptr_t>first), nbytes, False)
+            take = min(count, <int64_t>nbytes * 8 - bit)
+            zeros += _zero_bits(buf, bit, take)
+            count -= take
+            first += <int64_t>nbytes
+            bit = 0
+    finally:
+        free(buf)
+    return zeros
 
 
 cdef inline void _note_scan(_NullScan *s, const ArrowArray *a, int64_t start, int64_t count,
@@ -392,7 +429,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
     cdef int64_t start = node.offset, count = node.length, length = node.length
     cdef int64_t n, lstart, lcount, end, isz = t.dtype.bits // 8, offset, bound
     cdef int level, depth = 0, nlevels = t.nlists + (1 if t.unwrap else 0)
-    cdef bint whole = True
+    cdef bint whole = True, waited = False
     cdef uintptr_t data
     for level in range(nlevels):
         _arrow_node(&node, 1, 1, protocol, depth)
@@ -427,7 +464,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
                       f"is not aligned to its {isz}-byte type; DLPack consumers need "
                       "aligned data")
     for level in range(depth + 1):
-        _arrow_nulls(&scans[level], protocol, level)
+        _arrow_nulls(self, &scans[level], protocol, level, &waited)
     self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
     self.dl.dtype = t.dtype
     self._flags = FLAG_READ_ONLY

@@ -254,6 +254,81 @@ def test_cuda_round_trip_hands_the_producers_event_on(fake):
     assert fake.calls == []
 
 
+def _bitmap_on(fake, kind, bits: str, device=1):
+    """A validity bitmap (ap.bitmap) in device memory (kind 2) or pinned host memory (3)."""
+    raw = ap.bitmap(bits)
+    if kind == 2:
+        return fake.device_array(raw, device=device), None
+    host = (ctypes.c_ubyte * len(raw)).from_buffer_copy(raw)
+    return fake.pinned(host, device=device), host
+
+
+def _cuda_nullable(fake, kind, bits, null_count=-1, written=None):
+    """Three float32 on CUDA device 1 (kind 2: device memory; 3: pinned) with a validity
+    bitmap of the same kind; with ``written``, a producer's kernel queued on its own stream
+    writes that bitmap later, and the sync_event is recorded after it. Returns (producer,
+    bitmap pointer, event)."""
+    values = (ctypes.c_float * 3)(1, 2, 3)
+    ptr = (fake.device_array(bytes(values), device=1) if kind == 2
+           else fake.pinned(values, device=1))
+    bitmap, _ = _bitmap_on(fake, kind, bits)
+    stream = fake.stream(device=1)
+    if written is not None:
+        fake.kernel(stream, bitmap, ap.bitmap(written), device=1)
+    ev = fake.record(stream, device=1)
+    col = ap.primitive("f", [0, 0, 0], b"f", null_count=null_count)
+    col.buffers = [ap.Address(bitmap), ap.Address(ptr)]
+    return ap.DeviceProducer(col, kind, 1, ev), bitmap, ev
+
+
+def test_cuda_bitmap_of_unknown_null_count_is_counted_by_the_driver(fake):
+    """Device memory is never read by the CPU (§13): a bitmap whose null_count is -1 is
+    copied to the host by the driver, after the sync_event, and counted there."""
+    obj, bitmap, ev = _cuda_nullable(fake, 2, "111")
+    dl = asdlpack(obj)
+    assert (dl.shape, dl.device) == ((3,), (DLDeviceType.kDLCUDA, 1))
+    assert fake.calls == [*enter(1, True), ("cuEventSynchronize", ev), *LEAVE,
+                          ("cuDevicePrimaryCtxGetState", 1), ("cuCtxPushCurrent", ctx(1)),
+                          ("cuMemcpyDtoH", bitmap, 1), *LEAVE]
+    obj, *_ = _cuda_nullable(fake, 2, "101")
+    with pytest.raises(BufferError, match=r"has 1 null\(s\) among its 3 values"):
+        asdlpack(obj)
+
+
+def test_cuda_sliced_list_child_bitmap_is_counted_by_the_driver(fake):
+    """A fixed-size list's sliced child: its null_count (1, in the rows outside the slice)
+    cannot answer, and its device bitmap is copied, not read."""
+    values = fake.device_array(_floats(9, 9, 1, 2), device=1)
+    bitmap, _ = _bitmap_on(fake, 2, "0011")
+    child = ap.Col(b"f", 4, null_count=1, buffers=[ap.Address(bitmap), ap.Address(values)])
+    col = ap.Col(b"+w:2", 1, offset=1, buffers=[None], children=[child])
+    dl = asdlpack(ap.DeviceProducer(col, 2, 1))
+    assert (dl.shape, dl.data_ptr) == ((1, 2), values + 8)
+    assert ("cuMemcpyDtoH", bitmap, 1) in fake.calls
+
+
+@pytest.mark.parametrize(("before", "after", "nulls"), [("000", "111", 0), ("111", "101", 1)])
+def test_cuda_pinned_bitmap_read_after_the_sync_event(fake, before, after, nulls):
+    """A pinned bitmap a queued kernel is still writing is read once the producer's event has
+    happened: the values it writes decide, never the old ones."""
+    obj, _, ev = _cuda_nullable(fake, 3, before, written=after)
+    if nulls:
+        with pytest.raises(BufferError, match=r"has 1 null\(s\)"):
+            asdlpack(obj)
+    else:
+        assert asdlpack(obj).shape == (3,)
+    assert fake.calls == [*enter(1, True), ("cuEventSynchronize", ev), *LEAVE]
+
+
+def test_cuda_known_null_count_reads_no_bitmap(fake):
+    obj, *_ = _cuda_nullable(fake, 2, "101", null_count=1)
+    with pytest.raises(BufferError, match=r"has 1 null\(s\)"):
+        asdlpack(obj)
+    obj, *_ = _cuda_nullable(fake, 2, "101", null_count=0)
+    assert asdlpack(obj).shape == (3,)
+    assert fake.calls == []
+
+
 # -- in: real producers --------------------------------------------------------------------------
 
 def test_pyarrow_every_primitive_matches_its_own_dlpack():
