@@ -550,6 +550,7 @@ cdef DLPackObject _dispatch(object obj):
             return _agreed(reader(obj, value), name, claims, obj)
         except Exception as e:
             claims = _refused(refusals, claims, name, e, _claim(value))
+    value = None        # an __array_struct__ capsule's destructor runs now, no refusal set
     if arrow < 0:
         arrow = _arrow_type(t)
     if arrow:
@@ -676,10 +677,12 @@ def todict(obj):
     """
     cdef DLPackObject d
     cdef DLPackVersion version
+    cdef PyObject *capsule
     if PyCapsule_CheckExact(obj):
         return _capsule_dict(obj)
     if type(obj) is not DLPackObject and getattr(obj, "__dlpack__", None) is not None:
-        return _capsule_dict(_call_dlpack(obj, None))
+        capsule = _held(_call_dlpack(obj, None))    # the only reference, once this line ends
+        return _dlpack_result_dict(capsule)
     version.major = DLPACK_MAJOR
     version.minor = DLPACK_MINOR
     d = asdlpack(obj)         # a blank DLPackObject refuses here

@@ -615,7 +615,7 @@ cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, st
     try:
         return _arrow_read_schema(&local, t, sizes, protocol, True)
     finally:
-        local.release(&local)
+        _foreign(FOREIGN_SCHEMA, &local)
 
 
 cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str protocol):
@@ -698,13 +698,13 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
         if chunk.release == NULL:
             break
         if chunk.length == 0:
-            chunk.release(&chunk)
+            _foreign(FOREIGN_ARRAY, &chunk)
             PyErr_CheckSignals()        # a stream that never ends stays interruptible
             continue
         if held.device.array.release != NULL or chunk.length < 0:
             first = held.device.array.length
             second = chunk.length
-            chunk.release(&chunk)
+            _foreign(FOREIGN_ARRAY, &chunk)
             if second < 0:
                 raise Refusal(f"{protocol}: a chunk has field 'length' = {second}")
             raise Refusal(f"{protocol}: the stream has more than one non-empty chunk (the "
@@ -775,29 +775,44 @@ cdef DLPackObject _arrow_step(object obj, int methods, list refusals):
 cdef DLPackObject _from_arrow(object obj, int methods):
     """obj through the first Arrow method it has, in the order of docs/spec.md §3. A method
     that raises hands over to the next; the reader's own refusal is final."""
+    cdef PyObject *result
     first = None
     if methods & HAS_DEVICE_ARRAY:
         try:
-            result = obj.__arrow_c_device_array__()
+            result = _held(obj.__arrow_c_device_array__())
         except MemoryError:
             raise
         except Exception as e:
             first = _as_refusal("__arrow_c_device_array__", e)
         else:
-            return _from_arrow_array(obj, result, True, "__arrow_c_device_array__")
+            return _read_arrow_result(obj, result, ARROW_DEVICE_ARRAY)
     if methods & HAS_ARRAY:
         try:
-            result = obj.__arrow_c_array__()
+            result = _held(obj.__arrow_c_array__())
         except MemoryError:
             raise
         except Exception as e:
             first = first or _as_refusal("__arrow_c_array__", e)
         else:
-            return _from_arrow_array(obj, result, False, "__arrow_c_array__")
+            return _read_arrow_result(obj, result, ARROW_ARRAY)
     try:
-        result = obj.__arrow_c_stream__()
+        result = _held(obj.__arrow_c_stream__())
     except MemoryError:
         raise
     except Exception as e:
         raise first or _as_refusal("__arrow_c_stream__", e)
-    return _from_arrow_stream(obj, result, "__arrow_c_stream__")
+    return _read_arrow_result(obj, result, ARROW_STREAM)
+
+
+cdef DLPackObject _read_arrow_result(object obj, PyObject *result, ArrowKind kind):
+    """Read what an Arrow method returned (a reference _held took), then drop it through
+    _foreign: a producer's capsule destructor may run Python code, and must not run while a
+    refusal is set (docs/spec.md §7)."""
+    try:
+        if kind == ARROW_STREAM:
+            return _from_arrow_stream(obj, <object>result, "__arrow_c_stream__")
+        if kind == ARROW_DEVICE_ARRAY:
+            return _from_arrow_array(obj, <object>result, True, "__arrow_c_device_array__")
+        return _from_arrow_array(obj, <object>result, False, "__arrow_c_array__")
+    finally:
+        _foreign(FOREIGN_REF, result)

@@ -106,6 +106,25 @@ def test_cpu_device_ids():
         assert dl.device == (DLDeviceType.kDLCPU, 0)
 
 
+def _refused_with(col: ap.Col, schema: ap.Col | None = None) -> None:
+    """Refused with Python-code release callbacks and capsule destructors (ctypes: a pending
+    error breaks them) run while the refusal is raised: a proper BufferError, each struct
+    released exactly once (docs/spec.md §7)."""
+    obj = ap.ArrayProducer(col, schema, destructor=True)
+    with pytest.raises(BufferError, match="__arrow_c_array__"):
+        asdlpack(obj)
+    gc.collect()
+    assert obj.released == {"schema": 1, "array": 1}
+
+
+def test_python_code_callbacks_run_while_a_refusal_is_raised():
+    nulls = ap.primitive("f", [1, 2, 3], b"f", null_count=1)
+    nulls.buffers[0] = ap.bitmap("101")
+    _refused_with(nulls)                                    # a refused value
+    _refused_with(ap.primitive("f", [1, 2], b"f", n_buffers=3))     # a refused layout
+    _refused_with(ap.Col(b"u", 0, buffers=[None, None, None]))      # a refused type
+
+
 # -- in: CUDA device arrays (the strict fake driver) ----------------------------------------------
 
 
