@@ -47,6 +47,12 @@ cdef dict _ARROW_DEVICE_NAMES = {
     12: "ARROW_DEVICE_EXT_DEV", 14: "ARROW_DEVICE_ONEAPI", 15: "ARROW_DEVICE_WEBGPU",
     16: "ARROW_DEVICE_HEXAGON"}
 
+# The variable-size types' names as Arrow (and PyArrow's pa.<name>()) call them.
+cdef dict _ARROW_NAMES = {
+    "u": "string", "U": "large_string", "vu": "string_view", "z": "binary",
+    "Z": "large_binary", "vz": "binary_view", "+l": "list", "+L": "large_list",
+    "+vl": "list_view", "+vL": "large_list_view"}
+
 cdef str _FILL_NULL = ("DLPack has no nulls: fill them first (pc.fill_null(arr, value); Polars: "
                        "series.fill_null(value); pandas: series.fillna(value))")
 
@@ -119,9 +125,11 @@ cdef str _arrow_type_refusal(str protocol, const char *f, int depth):
     elif s == "n":
         what, way = "the null type", "it has no values to view"
     elif s in ("u", "U", "vu"):
-        what, way = "a string type", "strings have no tensor layout; encode them as numbers first"
+        what, way = (f"{_ARROW_NAMES[s]}, a string type", "strings have no tensor layout; "
+                     "encode them as numbers first")
     elif s in ("z", "Z", "vz"):
-        what, way = "a binary type", "variable-length bytes have no tensor layout"
+        what, way = (f"{_ARROW_NAMES[s]}, a binary type", "variable-length bytes have no "
+                     "tensor layout")
     elif s.startswith("w:"):
         what, way = ("a fixed-size binary type", "store the bytes as fixed_size_list<uint8> "
                      "instead (pa.FixedSizeListArray.from_arrays)")
@@ -137,8 +145,9 @@ cdef str _arrow_type_refusal(str protocol, const char *f, int depth):
         what, way = ("a date/time/timestamp/duration type", "DLPack has no time types: cast it "
                      "to int64 (pc.cast(arr, pa.int64()); Polars: series.to_physical())")
     elif s in ("+l", "+L", "+vl", "+vL"):
-        what, way = ("a variable-size list", "lists of varying length have no tensor shape; "
-                     "cast to a fixed-size list (pa.list_(type, n); Polars: pl.Array(type, n))")
+        what, way = (f"{_ARROW_NAMES[s]}, a variable-size list", "lists of varying length "
+                     "have no tensor shape; cast to a fixed-size list (pa.list_(type, n); "
+                     "Polars: pl.Array(type, n))")
     elif s == "+s":
         what, way = ("a struct", "select one field first (arr.field(i); Polars: "
                      "series.struct.field(name))")
@@ -742,9 +751,11 @@ cdef enum:
 
 
 cdef bint _tensor_type(type t) noexcept:
-    """Whether t defines a tensor protocol (DLPack or an array interface): those come before
-    Arrow, which describes columns (a Pillow image means its (H, W, C) array, not its pixels)."""
-    return (_type_has(t, "__dlpack__") or _type_has(t, "__array_interface__")
+    """Whether t defines a tensor protocol (DLPack, its C exchange API or an array interface):
+    those come before Arrow, which describes columns (a Pillow image means its (H, W, C)
+    array, not its pixels)."""
+    return (_type_has(t, "__dlpack__") or _type_has(t, "__dlpack_c_exchange_api__")
+            or _type_has(t, "__array_interface__")
             or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
 
 

@@ -375,6 +375,22 @@ def test_pyarrow_refusals_name_the_way_out():
         asdlpack(pa.array([1, 2, 1]).dictionary_encode())
 
 
+@pytest.mark.parametrize("name", ["string", "large_string", "string_view", "binary",
+                                  "large_binary", "binary_view", "list_view",
+                                  "large_list_view", "list", "large_list"])
+def test_variable_size_types_refused_by_their_arrow_names(name):
+    """A refusal names the type as Arrow (and pa.<name>()) does: string_view, not "a string
+    type" only."""
+    pa = lib("pyarrow")
+    if "list" in name:
+        arr = pa.array([[1], [2, 3]], getattr(pa, "list_" if name == "list" else name)(
+            pa.int32()))
+    else:
+        arr = pa.array([b"a", b"bc"] if "binary" in name else ["a", "bc"], getattr(pa, name)())
+    with pytest.raises(BufferError, match=rf"'format' = '\S+' of the array is {name}, a "):
+        asdlpack(arr)
+
+
 def test_pyarrow_nulls_outside_a_slice_are_fine():
     pa = lib("pyarrow")
     np = lib("numpy")

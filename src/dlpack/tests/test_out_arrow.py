@@ -354,6 +354,45 @@ def test_requested_schema_negotiation():
         pa.array(asdlpack(np.arange(3.0)), type=pa.float32())
 
 
+def _extension(s) -> bytes | None:
+    """The ARROW:extension:name in an ArrowSchema's metadata, or None."""
+    if not s.metadata:
+        return None
+    p = s.metadata
+    pairs = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+    p += 4
+    found = {}
+    for _ in range(pairs):
+        k = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+        key = ctypes.string_at(p + 4, k)
+        p += 4 + k
+        v = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+        found[key] = ctypes.string_at(p + 4, v)
+        p += 4 + v
+    return found.get(b"ARROW:extension:name")
+
+
+def test_requested_schema_decides_each_level():
+    """An N-D bool tensor asked as fixed_size_list<bool8> keeps bool8 for the values (only the
+    list level is plain); asked as fixed_size_list<int8>, both levels are storage."""
+    np = lib("numpy")
+    b = asdlpack(np.array([[True, False, True], [True, True, False]]))
+    for values, name in [(ap.Col(b"c", metadata=ap.extension(b"arrow.bool8")), b"arrow.bool8"),
+                         (ap.Col(b"c"), None)]:
+        wanted = ap.capsule(ap.build_schema(ap.Col(b"+w:3", children=[values])),
+                            b"arrow_schema")
+        schema, array = b.__arrow_c_array__(wanted)
+        s = struct_of(schema, b"arrow_schema")
+        assert (s.format, _extension(s)) == (b"+w:3", None)
+        child = s.children[0].contents
+        assert (child.format, _extension(child)) == (b"c", name)
+        assert struct_of(array, b"arrow_array").children[0].contents.buffers[1] == b.data_ptr
+    pa = lib("pyarrow")
+    got = pa.array(b, type=pa.list_(pa.bool8(), 3))
+    assert got.type == pa.list_(pa.bool8(), 3)
+    assert got.flatten().storage.to_pylist() == [1, 0, 1, 1, 1, 0]
+
+
 def test_jax_to_polars_values():
     jnp = lib("jax.numpy")
     pl = lib("polars")
