@@ -3060,7 +3060,7 @@ def _register_arrow_answers() -> None:
         s = struct_of(schema, b"arrow_schema")
         child = s.children[0].contents
         return [s.format.decode(), bool(s.metadata), child.format.decode(),
-                b"arrow.bool8" in ctypes.string_at(child.metadata, 64)]
+                bool(child.metadata) and b"arrow.bool8" in ctypes.string_at(child.metadata, 64)]
 
     add(g, "requested-fsl-of-bool8", bool8_levels, Gives(["+w:3", False, "c", True]))
 
