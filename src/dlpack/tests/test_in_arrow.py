@@ -326,6 +326,31 @@ def test_cuda_sliced_list_child_bitmap_is_counted_by_the_driver(fake):
     assert ("cuMemcpyDtoH", bitmap, 1) in fake.calls
 
 
+@pytest.mark.parametrize("null_at", [None, 0, 2**23 - 4, 2**23 - 3, 2**23 + 8])
+def test_cuda_bitmap_counted_a_chunk_at_a_time(fake, null_at):
+    """A device bitmap longer than one copy (1 MiB) from an unaligned offset: each chunk
+    counted, a null found at either end of either (the first value, the last bits of the
+    first chunk and the first of the second, the last value), no bit outside the slice read."""
+    n, offset = 2**23 + 9, 3                    # bits 3 … 2**23 + 11: two chunks
+    raw = bytearray(b"\xff" * ((offset + n + 7) // 8 + 8))
+    raw[0] = 0b11111000                         # bits 0-2, before the offset: nulls outside
+    if null_at is not None:
+        bit = offset + null_at
+        raw[bit >> 3] &= ~(1 << (bit & 7))
+    bitmap = fake.device_array(raw, device=1)
+    values = fake.device_array(bytes(offset + n), device=1)
+    col = ap.Col(b"C", n, offset=offset, null_count=-1,
+                 buffers=[ap.Address(bitmap), ap.Address(values)])
+    obj = ap.DeviceProducer(col, 2, 1)
+    if null_at is None:
+        assert asdlpack(obj).shape == (n,)
+    else:
+        with pytest.raises(BufferError, match=rf"has 1 null\(s\) among its {n} values"):
+            asdlpack(obj)
+    copies = [c for c in fake.calls if c[0] == "cuMemcpyDtoH"]
+    assert copies == [("cuMemcpyDtoH", bitmap, 2**20), ("cuMemcpyDtoH", bitmap + 2**20, 2)]
+
+
 @pytest.mark.parametrize(("before", "after", "nulls"), [("000", "111", 0), ("111", "101", 1)])
 def test_cuda_pinned_bitmap_read_after_the_sync_event(fake, before, after, nulls):
     """A pinned bitmap a queued kernel is still writing is read once the producer's event has
