@@ -125,6 +125,22 @@ def test_python_code_callbacks_run_while_a_refusal_is_raised():
     _refused_with(ap.Col(b"u", 0, buffers=[None, None, None]))      # a refused type
 
 
+def test_an_error_a_release_callback_leaves_is_reported_not_passed_on(monkeypatch):
+    """A C release callback that returns with a Python error set (here PyErr_NoMemory itself)
+    cannot fail the read: its error is reported as unraisable (docs/spec.md §7)."""
+    import sys
+
+    from dlpack.tools.check_arrow import SchemaRelease
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_type))
+    obj = ap.ArrayProducer(ap.primitive("f", [1, 2], b"f"))
+    obj.schema.release = SchemaRelease(ctypes.cast(ctypes.pythonapi.PyErr_NoMemory,
+                                                   ctypes.c_void_p).value)
+    assert memoryview(asdlpack(obj)).tolist() == [1, 2]
+    assert reported == [MemoryError]
+
+
 # -- in: CUDA device arrays (the strict fake driver) ----------------------------------------------
 
 
