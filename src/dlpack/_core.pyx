@@ -21,36 +21,43 @@ include "_out/pickle.pxi"
 include "_out/arrow.pxi"
 
 
-cdef bint _making = False              # True only inside _new_object
+cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack(obj)"
+
+cdef extern from *:
+    """
+    /* DLPackObject's tp_new as Python sees it (DLPackObject.__new__, DLPackObject()): always
+       a TypeError. Readers make objects through the type's own tp_new, called directly. */
+    static PyObject *dlpk_unmade;
+    static PyObject *dlpk_refuse_new(PyTypeObject *t, PyObject *a, PyObject *k) {
+        PyErr_SetObject(PyExc_TypeError, dlpk_unmade);
+        return NULL;
+    }
+    static void dlpk_seal(PyTypeObject *t, PyObject *message) {
+        Py_INCREF(message);
+        dlpk_unmade = message;
+        t->tp_new = dlpk_refuse_new;
+        PyType_Modified(t);
+    }
+    """
+    void _seal "dlpk_seal"(type, object)
+    void PyObject_GC_Track(object)
+    void PyObject_GC_UnTrack(object)
+    bint PyObject_GC_IsTracked(object)
 
 
 cdef inline DLPackObject _new_object():
-    """A blank DLPackObject for a reader to fill; users cannot make one (it would be empty).
-
-    The flag is restored, not cleared, so a finalizer that makes an object while this one is
-    being allocated leaves it set for us.
-    """
-    global _making
-    cdef bint outer = _making
-    _making = True
-    try:
-        return DLPackObject.__new__(DLPackObject)
-    finally:
-        _making = outer
+    """A blank DLPackObject for a reader to fill, unreachable from Python code until _publish
+    (docs/spec.md §7): Python cannot construct one (_seal), and the collector does not list it
+    (gc.get_objects, gc.get_referrers) while it is blank or half filled."""
+    cdef DLPackObject r = DLPackObject.__new__(DLPackObject)
+    PyObject_GC_UnTrack(r)
+    return r
 
 
-cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack(obj)"
-
-
-cdef inline int _check_made(DLPackObject self) except -1:
-    """Refuse a blank object (every reader sets lay.itemsize >= 1 before handing one out).
-
-    Only a finalizer that ran while asdlpack allocated can hold one; it describes nothing, so
-    every export from it refuses.
-    """
-    if self.lay.itemsize == 0:
-        raise TypeError(_UNMADE)
-    return 0
+cdef inline void _publish(DLPackObject self) noexcept:
+    """The object describes what its reader validated: from here on the collector sees it."""
+    if not PyObject_GC_IsTracked(self):
+        PyObject_GC_Track(self)
 
 
 @cython.final
@@ -90,8 +97,6 @@ cdef class DLPackObject:
 
     def __cinit__(self):
         self.dl.shape = self._inline
-        if not _making:
-            raise TypeError(_UNMADE)
 
     def __init__(self, *args, **kwargs):
         raise TypeError(_UNMADE)
@@ -178,6 +183,7 @@ cdef class DLPackObject:
             _c_strides(n, self.dl.shape, self.dl.strides)
             if self.lay.count == 0:
                 self.lay.c_contig = self.lay.f_contig = True
+                _publish(self)
                 return 0
         elif given == STRIDES_BYTES:
             for i in range(n):
@@ -220,6 +226,7 @@ cdef class DLPackObject:
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
         self.lay.c_contig = c
         self.lay.f_contig = f
+        _publish(self)
         return 0
 
     cdef tuple _raw_strides(self):
@@ -300,7 +307,6 @@ cdef class DLPackObject:
 
     def __dlpack_device__(self):
         """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
-        _check_made(self)
         return _device_tuple(self.dl.device)
 
     def on_host(self):
@@ -325,7 +331,6 @@ cdef class DLPackObject:
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
         (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
-        _check_made(self)
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
@@ -334,19 +339,16 @@ cdef class DLPackObject:
     # below the class: a fast-call method (_out/dlpack.pxi), as every consumer calls it.
 
     def __getbuffer__(self, Py_buffer *view, int flags):
-        _check_made(self)
         _fill_buffer(self, view, flags)
 
     @property
     def __array_interface__(self):
         """NumPy's array interface (v3), for data the CPU can address."""
-        _check_made(self)
         return _array_interface(self)
 
     @property
     def __cuda_array_interface__(self):
         """The CUDA array interface (v3), with the stream consumers must wait on."""
-        _check_made(self)
         return _cuda_array_interface(self)
 
     # The Arrow PyCapsule interface (docs/spec.md §13): zero-copy, the structs hold self.
@@ -376,6 +378,7 @@ cdef class DLPackObject:
 
 
 _install_dlpack_method(DLPackObject)
+_seal(DLPackObject, _UNMADE)
 
 
 cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
@@ -396,6 +399,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._legacy_import = src._legacy_import
     r._plain_versioned = src._plain_versioned
     _set_policy(r, legacy_readonly, legacy_writable)
+    _publish(r)
     return r
 
 
@@ -578,6 +582,7 @@ cdef DLPackObject _dispatch(object obj):
             return _agreed(reader(obj, value), name, claims, obj)
         except Exception as e:
             claims = _refused(refusals, claims, name, e, _claim(value))
+    value = None        # an __array_struct__ capsule's destructor runs now, no refusal set
     if arrow < 0:
         arrow = _arrow_type(t)
     if arrow:
@@ -626,7 +631,6 @@ def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=Fals
                            _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
-        _check_made(r)
         if r._legacy_readonly == allow_legacy_readonly and not (
                 legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY):
             return r
@@ -704,20 +708,21 @@ def todict(obj):
     """
     cdef DLPackObject d
     cdef DLPackVersion version
+    cdef PyObject *capsule
     if PyCapsule_CheckExact(obj):
         return _capsule_dict(obj)
     if type(obj) is not DLPackObject and getattr(obj, "__dlpack__", None) is not None:
-        return _capsule_dict(_call_dlpack(obj, None))
+        capsule = _held(_call_dlpack(obj, None))    # the only reference, once this line ends
+        return _dlpack_result_dict(capsule)
     version.major = DLPACK_MAJOR
     version.minor = DLPACK_MINOR
-    d = asdlpack(obj)         # a blank DLPackObject refuses here
+    d = asdlpack(obj)
     return _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
 
 
 def _export_address(DLPackObject obj, bint versioned):
     """Address of a new managed tensor for a C receiver (see dlpack.ctypes.to_pointer): what
     ``__dlpack__()`` would hand out, ordered after the producer's work in the same way."""
-    _check_made(obj)
     return <uintptr_t>_export_block(obj, None, versioned, None, None)
 
 

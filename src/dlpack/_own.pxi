@@ -20,15 +20,65 @@ cdef extern from *:
     int _holds_gil "dlpk_holds_gil"() nogil
 
 
+# -- foreign callbacks: one wrapper for every one pydlpack runs ----------------------------------
+
+cdef enum Foreign:
+    FOREIGN_MANAGED             # a DLManagedTensor's deleter
+    FOREIGN_VERSIONED           # a DLManagedTensorVersioned's deleter
+    FOREIGN_SCHEMA              # an ArrowSchema's release
+    FOREIGN_ARRAY               # an ArrowArray's release
+    FOREIGN_STREAM              # an ArrowArrayStream's release
+    FOREIGN_DEVICE_STREAM       # an ArrowDeviceArrayStream's release
+    FOREIGN_REF                 # a producer's object's last reference: its destructor runs
+
+
+cdef void _foreign(Foreign kind, void *p) noexcept:
+    """Run the foreign callback of kind on p (a NULL deleter or release: nothing), always, with
+    any pending Python error put aside and restored: a callback that runs Python code (ctypes,
+    Cython producers, dlpack.Capsule destructors) would fail, or lose the error, with one set
+    (docs/spec.md §7). An error the callback leaves set is reported as unraisable, not passed
+    on. The GIL is held."""
+    cdef PyObject *et
+    cdef PyObject *ev
+    cdef PyObject *tb
+    PyErr_Fetch(&et, &ev, &tb)
+    if kind == FOREIGN_MANAGED:
+        if (<DLManagedTensor *>p).deleter != NULL:
+            (<DLManagedTensor *>p).deleter(<DLManagedTensor *>p)
+    elif kind == FOREIGN_VERSIONED:
+        if (<DLManagedTensorVersioned *>p).deleter != NULL:
+            (<DLManagedTensorVersioned *>p).deleter(<DLManagedTensorVersioned *>p)
+    elif kind == FOREIGN_SCHEMA:
+        if (<ArrowSchema *>p).release != NULL:
+            (<ArrowSchema *>p).release(<ArrowSchema *>p)
+    elif kind == FOREIGN_ARRAY:
+        if (<ArrowArray *>p).release != NULL:
+            (<ArrowArray *>p).release(<ArrowArray *>p)
+    elif kind == FOREIGN_STREAM:
+        if (<ArrowArrayStream *>p).release != NULL:
+            (<ArrowArrayStream *>p).release(<ArrowArrayStream *>p)
+    elif kind == FOREIGN_DEVICE_STREAM:
+        if (<ArrowDeviceArrayStream *>p).release != NULL:
+            (<ArrowDeviceArrayStream *>p).release(<ArrowDeviceArrayStream *>p)
+    else:
+        _decref_held(<PyObject *>p)
+    if PyErr_Occurred() != NULL:
+        PyErr_WriteUnraisable(None)
+    PyErr_Restore(et, ev, tb)
+
+
+cdef inline PyObject *_held(object x) noexcept:
+    """A reference to x that _foreign(FOREIGN_REF, ...) drops: a producer's result held by a
+    reader, so that dropping it never runs a destructor while the reader's refusal is set."""
+    Py_INCREF(x)
+    return <PyObject *>x
+
+
 # -- producers' tensors we own ------------------------------------------------------------------
 
-cdef void _delete_managed(void *m, bint versioned) noexcept:
+cdef inline void _delete_managed(void *m, bint versioned) noexcept:
     """Hand a producer's struct back to it: call its deleter (NULL means nothing to free)."""
-    if versioned:
-        if (<DLManagedTensorVersioned *>m).deleter != NULL:
-            (<DLManagedTensorVersioned *>m).deleter(<DLManagedTensorVersioned *>m)
-    elif (<DLManagedTensor *>m).deleter != NULL:
-        (<DLManagedTensor *>m).deleter(<DLManagedTensor *>m)
+    _foreign(FOREIGN_VERSIONED if versioned else FOREIGN_MANAGED, m)
 
 
 cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
@@ -279,9 +329,7 @@ cdef inline void _delete_unconsumed(object capsule, bint versioned) noexcept:
         return
     if strcmp(name, b"dltensor_versioned") != 0 and strcmp(name, b"dltensor") != 0:
         return
-    PyErr_Fetch(&et, &ev, &tb)          # the deleter may run Python code (finalizers)
     _delete_managed(_capsule_pointer(capsule, name), versioned)
-    PyErr_Restore(et, ev, tb)
 
 
 cdef void _versioned_capsule_destructor(object capsule) noexcept:
@@ -313,14 +361,10 @@ cdef class _ArrowImport:
     cdef ArrowArrayStream stream        # release NULL: no stream held
 
     def __dealloc__(self):
-        cdef ArrowArray *a = &self.device.array
-        cdef ArrowArrayStream *s = &self.stream
-        if a.release != NULL:
-            a.release(a)
-            a.release = NULL
-        if s.release != NULL:
-            s.release(s)
-            s.release = NULL
+        _foreign(FOREIGN_ARRAY, &self.device.array)
+        self.device.array.release = NULL
+        _foreign(FOREIGN_STREAM, &self.stream)
+        self.stream.release = NULL
 
 
 ctypedef struct _ArrowAnchor:
@@ -427,23 +471,20 @@ cdef inline void _arrow_unconsumed(object capsule, ArrowKind kind) noexcept:
     cdef void *p
     PyErr_Fetch(&et, &ev, &tb)
     p = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule))
-    if p != NULL:
-        if kind == ARROW_SCHEMA:
-            if (<ArrowSchema *>p).release != NULL:
-                (<ArrowSchema *>p).release(<ArrowSchema *>p)
-        elif kind == ARROW_ARRAY:
-            if (<ArrowArray *>p).release != NULL:
-                (<ArrowArray *>p).release(<ArrowArray *>p)
-        elif kind == ARROW_DEVICE_ARRAY:
-            if (<ArrowDeviceArray *>p).array.release != NULL:
-                (<ArrowDeviceArray *>p).array.release(&(<ArrowDeviceArray *>p).array)
-        elif kind == ARROW_STREAM:
-            if (<ArrowArrayStream *>p).release != NULL:
-                (<ArrowArrayStream *>p).release(<ArrowArrayStream *>p)
-        elif (<ArrowDeviceArrayStream *>p).release != NULL:
-            (<ArrowDeviceArrayStream *>p).release(<ArrowDeviceArrayStream *>p)
-        free(p)
     PyErr_Restore(et, ev, tb)          # clears what a renamed capsule's lookup set
+    if p == NULL:
+        return
+    if kind == ARROW_SCHEMA:
+        _foreign(FOREIGN_SCHEMA, p)
+    elif kind == ARROW_ARRAY:
+        _foreign(FOREIGN_ARRAY, p)
+    elif kind == ARROW_DEVICE_ARRAY:
+        _foreign(FOREIGN_ARRAY, &(<ArrowDeviceArray *>p).array)
+    elif kind == ARROW_STREAM:
+        _foreign(FOREIGN_STREAM, p)
+    else:
+        _foreign(FOREIGN_DEVICE_STREAM, p)
+    free(p)
 
 
 cdef void _arrow_schema_destructor(object capsule) noexcept:

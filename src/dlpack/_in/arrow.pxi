@@ -47,6 +47,12 @@ cdef dict _ARROW_DEVICE_NAMES = {
     12: "ARROW_DEVICE_EXT_DEV", 14: "ARROW_DEVICE_ONEAPI", 15: "ARROW_DEVICE_WEBGPU",
     16: "ARROW_DEVICE_HEXAGON"}
 
+# The variable-size types' names as Arrow (and PyArrow's pa.<name>()) call them.
+cdef dict _ARROW_NAMES = {
+    "u": "string", "U": "large_string", "vu": "string_view", "z": "binary",
+    "Z": "large_binary", "vz": "binary_view", "+l": "list", "+L": "large_list",
+    "+vl": "list_view", "+vL": "large_list_view"}
+
 cdef str _FILL_NULL = ("DLPack has no nulls: fill them first (pc.fill_null(arr, value); Polars: "
                        "series.fill_null(value); pandas: series.fillna(value))")
 
@@ -119,9 +125,11 @@ cdef str _arrow_type_refusal(str protocol, const char *f, int depth):
     elif s == "n":
         what, way = "the null type", "it has no values to view"
     elif s in ("u", "U", "vu"):
-        what, way = "a string type", "strings have no tensor layout; encode them as numbers first"
+        what, way = (f"{_ARROW_NAMES[s]}, a string type", "strings have no tensor layout; "
+                     "encode them as numbers first")
     elif s in ("z", "Z", "vz"):
-        what, way = "a binary type", "variable-length bytes have no tensor layout"
+        what, way = (f"{_ARROW_NAMES[s]}, a binary type", "variable-length bytes have no "
+                     "tensor layout")
     elif s.startswith("w:"):
         what, way = ("a fixed-size binary type", "store the bytes as fixed_size_list<uint8> "
                      "instead (pa.FixedSizeListArray.from_arrays)")
@@ -137,8 +145,9 @@ cdef str _arrow_type_refusal(str protocol, const char *f, int depth):
         what, way = ("a date/time/timestamp/duration type", "DLPack has no time types: cast it "
                      "to int64 (pc.cast(arr, pa.int64()); Polars: series.to_physical())")
     elif s in ("+l", "+L", "+vl", "+vL"):
-        what, way = ("a variable-size list", "lists of varying length have no tensor shape; "
-                     "cast to a fixed-size list (pa.list_(type, n); Polars: pl.Array(type, n))")
+        what, way = (f"{_ARROW_NAMES[s]}, a variable-size list", "lists of varying length "
+                     "have no tensor shape; cast to a fixed-size list (pa.list_(type, n); "
+                     "Polars: pl.Array(type, n))")
     elif s == "+s":
         what, way = ("a struct", "select one field first (arr.field(i); Polars: "
                      "series.struct.field(name))")
@@ -337,9 +346,16 @@ cdef enum:
     ARROW_SCANS_ON_STACK = 8            # levels whose null scans need no allocation
 
 
-cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
+cdef enum:
+    ARROW_BITMAP_CHUNK = 1 << 20        # bytes of a device bitmap copied to the host at once
+
+
+cdef int _arrow_nulls(DLPackObject self, const _NullScan *s, str protocol, int depth,
+                      bint *waited) except -1:
     """Refuse nulls among the count values from physical index start (validity bits only
-    there: padding and bits outside the slice do not count)."""
+    there: padding and bits outside the slice do not count). A bitmap is read only when its
+    null_count cannot answer, and only after the producer's sync_event (waited once per
+    array): by the CPU where the device is host-readable, else copied by the driver."""
     cdef int64_t nulls = s.nulls
     if nulls == 0 or s.count == 0:
         return 0
@@ -349,11 +365,41 @@ cdef int _arrow_nulls(const _NullScan *s, str protocol, int depth) except -1:
         raise Refusal(f"{protocol}: field 'null_count' = {nulls} of {_at(depth)}, but its "
                       "validity bitmap (buffers[0]) is NULL")
     if not (s.whole and nulls > 0):
-        nulls = _zero_bits(s.bits, s.start, s.count)
+        if not waited[0]:
+            _host_wait(self)
+            waited[0] = True
+        if _host_accessible(self.dl.device.device_type):
+            nulls = _zero_bits(s.bits, s.start, s.count)
+        else:
+            nulls = _device_zero_bits(self.dl.device.device_id, <uintptr_t>s.bits, s.start,
+                                      s.count)
         if nulls == 0:
             return 0
     raise Refusal(f"{protocol}: {_at(depth)} has {nulls} null(s) among its {s.count} "
                   f"values; {_FILL_NULL}")
+
+
+cdef int64_t _device_zero_bits(int32_t device_id, uintptr_t bits, int64_t start,
+                               int64_t count) except -1:
+    """_zero_bits of a bitmap in CUDA device memory, whose bytes the driver copies to the
+    host a chunk at a time (the CPU never reads device memory: docs/spec.md §13)."""
+    cdef int64_t zeros = 0, first = start >> 3, bit = start & 7, take
+    cdef size_t nbytes, room = <size_t>min((bit + count + 7) >> 3, ARROW_BITMAP_CHUNK)
+    cdef uint8_t *buf = <uint8_t *>malloc(room)
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        while count > 0:
+            nbytes = <size_t>min((bit + count + 7) >> 3, <int64_t>room)
+            _cu_copy(device_id, buf, <const void *>(bits + <uintptr_t>first), nbytes, False)
+            take = min(count, <int64_t>nbytes * 8 - bit)
+            zeros += _zero_bits(buf, bit, take)
+            count -= take
+            first += <int64_t>nbytes
+            bit = 0
+    finally:
+        free(buf)
+    return zeros
 
 
 cdef inline void _note_scan(_NullScan *s, const ArrowArray *a, int64_t start, int64_t count,
@@ -392,7 +438,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
     cdef int64_t start = node.offset, count = node.length, length = node.length
     cdef int64_t n, lstart, lcount, end, isz = t.dtype.bits // 8, offset, bound
     cdef int level, depth = 0, nlevels = t.nlists + (1 if t.unwrap else 0)
-    cdef bint whole = True
+    cdef bint whole = True, waited = False
     cdef uintptr_t data
     for level in range(nlevels):
         _arrow_node(&node, 1, 1, protocol, depth)
@@ -427,7 +473,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
                       f"is not aligned to its {isz}-byte type; DLPack consumers need "
                       "aligned data")
     for level in range(depth + 1):
-        _arrow_nulls(&scans[level], protocol, level)
+        _arrow_nulls(self, &scans[level], protocol, level, &waited)
     self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
     self.dl.dtype = t.dtype
     self._flags = FLAG_READ_ONLY
@@ -578,7 +624,7 @@ cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, st
     try:
         return _arrow_read_schema(&local, t, sizes, protocol, True)
     finally:
-        local.release(&local)
+        _foreign(FOREIGN_SCHEMA, &local)
 
 
 cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str protocol):
@@ -661,13 +707,13 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
         if chunk.release == NULL:
             break
         if chunk.length == 0:
-            chunk.release(&chunk)
+            _foreign(FOREIGN_ARRAY, &chunk)
             PyErr_CheckSignals()        # a stream that never ends stays interruptible
             continue
         if held.device.array.release != NULL or chunk.length < 0:
             first = held.device.array.length
             second = chunk.length
-            chunk.release(&chunk)
+            _foreign(FOREIGN_ARRAY, &chunk)
             if second < 0:
                 raise Refusal(f"{protocol}: a chunk has field 'length' = {second}")
             raise Refusal(f"{protocol}: the stream has more than one non-empty chunk (the "
@@ -705,9 +751,11 @@ cdef enum:
 
 
 cdef bint _tensor_type(type t) noexcept:
-    """Whether t defines a tensor protocol (DLPack or an array interface): those come before
-    Arrow, which describes columns (a Pillow image means its (H, W, C) array, not its pixels)."""
-    return (_type_has(t, "__dlpack__") or _type_has(t, "__array_interface__")
+    """Whether t defines a tensor protocol (DLPack, its C exchange API or an array interface):
+    those come before Arrow, which describes columns (a Pillow image means its (H, W, C)
+    array, not its pixels)."""
+    return (_type_has(t, "__dlpack__") or _type_has(t, "__dlpack_c_exchange_api__")
+            or _type_has(t, "__array_interface__")
             or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
 
 
@@ -738,29 +786,44 @@ cdef DLPackObject _arrow_step(object obj, int methods, list refusals):
 cdef DLPackObject _from_arrow(object obj, int methods):
     """obj through the first Arrow method it has, in the order of docs/spec.md §3. A method
     that raises hands over to the next; the reader's own refusal is final."""
+    cdef PyObject *result
     first = None
     if methods & HAS_DEVICE_ARRAY:
         try:
-            result = obj.__arrow_c_device_array__()
+            result = _held(obj.__arrow_c_device_array__())
         except MemoryError:
             raise
         except Exception as e:
             first = _as_refusal("__arrow_c_device_array__", e)
         else:
-            return _from_arrow_array(obj, result, True, "__arrow_c_device_array__")
+            return _read_arrow_result(obj, result, ARROW_DEVICE_ARRAY)
     if methods & HAS_ARRAY:
         try:
-            result = obj.__arrow_c_array__()
+            result = _held(obj.__arrow_c_array__())
         except MemoryError:
             raise
         except Exception as e:
             first = first or _as_refusal("__arrow_c_array__", e)
         else:
-            return _from_arrow_array(obj, result, False, "__arrow_c_array__")
+            return _read_arrow_result(obj, result, ARROW_ARRAY)
     try:
-        result = obj.__arrow_c_stream__()
+        result = _held(obj.__arrow_c_stream__())
     except MemoryError:
         raise
     except Exception as e:
         raise first or _as_refusal("__arrow_c_stream__", e)
-    return _from_arrow_stream(obj, result, "__arrow_c_stream__")
+    return _read_arrow_result(obj, result, ARROW_STREAM)
+
+
+cdef DLPackObject _read_arrow_result(object obj, PyObject *result, ArrowKind kind):
+    """Read what an Arrow method returned (a reference _held took), then drop it through
+    _foreign: a producer's capsule destructor may run Python code, and must not run while a
+    refusal is set (docs/spec.md §7)."""
+    try:
+        if kind == ARROW_STREAM:
+            return _from_arrow_stream(obj, <object>result, "__arrow_c_stream__")
+        if kind == ARROW_DEVICE_ARRAY:
+            return _from_arrow_array(obj, <object>result, True, "__arrow_c_device_array__")
+        return _from_arrow_array(obj, <object>result, False, "__arrow_c_array__")
+    finally:
+        _foreign(FOREIGN_REF, result)

@@ -77,6 +77,7 @@ cdef DLPackObject _from_bytes(object obj):
     r.lay = Layout(count=r.dl.shape[0], nbytes=r.dl.shape[0], itemsize=1, c_contig=True,
                    f_contig=True)           # what _validate gives 1-D uint8, every field named
     r._base = obj
+    _publish(r)
     return r
 
 

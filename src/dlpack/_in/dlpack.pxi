@@ -199,13 +199,8 @@ cdef int _api_error_left(DLManagedTensorVersioned *m) except -1:
     """Pass on the error a call left set while it returned success (0): a broken producer.
     The tensor it gave is ours, as the call said success: its deleter runs, with the error put
     aside meanwhile (a deleter may run Python code)."""
-    cdef PyObject *kind
-    cdef PyObject *value
-    cdef PyObject *tb
     if m != NULL:
-        PyErr_Fetch(&kind, &value, &tb)
         _delete_managed(m, True)
-        PyErr_Restore(kind, value, tb)
     return -1
 
 
@@ -318,17 +313,38 @@ cdef object _import_stream(object obj):
 cdef DLPackObject _from_dlpack_method(object obj):
     """A __dlpack__ provider; via torch's C exchange API when it is equivalent."""
     cdef DLPackObject r
+    cdef PyObject *capsule
     cdef bint torch = _is_torch_tensor(obj)
     if torch:
         r = _from_torch(obj)
         if r is not None:
             return r
-    r = _from_capsule(_call_dlpack(obj, _import_stream(obj)), obj)
+    capsule = _held(_call_dlpack(obj, _import_stream(obj)))   # the only reference now
+    r = _from_dlpack_result(obj, capsule)
     if torch:
         _torch_conj_check(r, obj)
     if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
         r._resync = obj
     return r
+
+
+cdef DLPackObject _from_dlpack_result(object obj, PyObject *capsule):
+    """Read the capsule __dlpack__ returned (a reference _held took), then drop it through
+    _foreign: its destructor may run Python code (a dlpack.Capsule's, a ctypes producer's),
+    and must not run while a refusal is set (docs/spec.md §7)."""
+    try:
+        return _from_capsule(<object>capsule, obj)
+    finally:
+        _foreign(FOREIGN_REF, capsule)
+
+
+cdef object _dlpack_result_dict(PyObject *capsule):
+    """todict of the capsule __dlpack__ returned (a reference _held took), dropped as
+    _from_dlpack_result drops it."""
+    try:
+        return _capsule_dict(<object>capsule)
+    finally:
+        _foreign(FOREIGN_REF, capsule)
 
 
 cdef DLPackObject _from_ctypes_pointer(object p):

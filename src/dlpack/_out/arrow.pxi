@@ -18,7 +18,8 @@ ctypedef struct _ArrowOut:
     int64_t list_size               # values per row of a fixed_shape_tensor; -1: primitive
     char leaf                       # the values' format character
     bint bool8                      # the values are arrow.bool8
-    bint plain                      # the storage types only (a requested_schema asked so)
+    bint plain_list                 # a tensor as its storage fixed-size list, and bool8
+    bint plain_values               # as int8: each level as a requested_schema asked
     int32_t device_type             # ARROW_DEVICE_* (equal to the DLPack device type)
     int64_t device_id
     const char *tensor_meta         # the fixed_shape_tensor's JSON metadata
@@ -54,7 +55,7 @@ cdef void _schema_values(const _ArrowOut *d, _SchemaNode *node, ArrowSchema *s,
                          bint child) noexcept nogil:
     """s describes the values, its strings and metadata in node (allocated with room for the
     bool8 metadata when the values are arrow.bool8)."""
-    cdef bint bool8 = d.bool8 and not d.plain
+    cdef bint bool8 = d.bool8 and not d.plain_values
     node.n_children = 0
     node.format[0] = d.leaf
     node.format[1] = 0
@@ -74,7 +75,7 @@ cdef void _schema_values(const _ArrowOut *d, _SchemaNode *node, ArrowSchema *s,
 
 cdef int _arrow_schema_fill(const _ArrowOut *d, ArrowSchema *out) noexcept nogil:
     """out describes d's type (0), or ENOMEM with out untouched."""
-    cdef size_t vmeta = _meta_size(11, 0) if d.bool8 and not d.plain else 0
+    cdef size_t vmeta = _meta_size(11, 0) if d.bool8 and not d.plain_values else 0
     cdef size_t tmeta = 0
     cdef _SchemaNode *top
     cdef _SchemaNode *values
@@ -84,7 +85,7 @@ cdef int _arrow_schema_fill(const _ArrowOut *d, ArrowSchema *out) noexcept nogil
             return ENOMEM
         _schema_values(d, top, out, False)
         return 0
-    if not d.plain:
+    if not d.plain_list:
         tmeta = _meta_size(24, d.tensor_meta_len)
     top = <_SchemaNode *>malloc(sizeof(_SchemaNode) + tmeta)
     values = <_SchemaNode *>malloc(sizeof(_SchemaNode) + vmeta)
@@ -264,11 +265,11 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
 
 
 cdef str _arrow_type_text(const _ArrowOut *d, DLPackObject self):
-    values = "arrow.bool8" if d.bool8 and not d.plain else (
+    values = "arrow.bool8" if d.bool8 and not d.plain_values else (
         "int8" if d.bool8 else self.dtype.name)
     if d.list_size < 0:
         return values
-    if d.plain:
+    if d.plain_list:
         return f"fixed_size_list<{values}>[{d.list_size}]"
     return f"arrow.fixed_shape_tensor<{values}>, shape {list(self.shape[1:])}"
 
@@ -311,7 +312,8 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     if not ok:
         raise Refusal(f"{protocol}: requested_schema asks for another type than the data's "
                       f"({exported}); pydlpack does not cast: cast after the exchange")
-    d.plain = (d.list_size >= 0 and not t.tensor) or (storage and not same)
+    d.plain_list = d.list_size >= 0 and not t.tensor
+    d.plain_values = storage and not same
     return 0
 
 

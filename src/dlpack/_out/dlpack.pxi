@@ -86,7 +86,6 @@ cdef extern from *:
 cdef object _dlpack_method(object self, object stream, object max_version, object dl_device,
                            object copy):
     """__dlpack__'s body (the method descriptor checked that self is a DLPackObject)."""
-    _check_made(<DLPackObject>self)
     return _dlpack_export(<DLPackObject>self, stream, max_version, dl_device, copy)
 
 

@@ -2739,8 +2739,8 @@ def _register_strides() -> None:
 
 
 def _register_internal() -> None:
-    """No internal exception reaches users; unavailable interfaces are absent attributes; a
-    blank DLPackObject (only a finalizer can hold one) exports nothing."""
+    """No internal exception reaches users; unavailable interfaces are absent attributes; no
+    blank DLPackObject can be had, even by a finalizer that runs while asdlpack allocates."""
     g = "internal"
 
     class Returns:
@@ -2767,7 +2767,8 @@ def _register_internal() -> None:
             Raises(("AttributeError",), (AI,)))
 
     def blank_exports():
-        """Objects a finalizer made while asdlpack allocated: each export must refuse."""
+        """A finalizer that runs while asdlpack allocates cannot make a DLPackObject (each
+        export of one it made would be tried)."""
         import pickle
 
         from dlpack import DLPackObject, asdlpack, todict  # no import between the allocations
@@ -2811,11 +2812,9 @@ def _register_internal() -> None:
                 except Exception as e:      # any other outcome is reported
                     ok = isinstance(e, TypeError) and "asdlpack" in str(e)
                     outcomes.add("refused" if ok else f"{type(e).__name__}: {e}")
-        # Python 3.12 and later collect between bytecodes, never inside an allocation: none
-        return sorted(outcomes) if got or sys.version_info >= (3, 12) else ["none made"]
+        return sorted(outcomes)     # none: Python cannot make one, not even then
 
-    add(g, "blank-object-exports", blank_exports,
-        Gives(["refused"] if sys.version_info < (3, 12) else []))
+    add(g, "blank-object-exports", blank_exports, Gives([]))
 
 
 def _register_api_pointers() -> None:
@@ -2899,6 +2898,209 @@ def _mtv_out():
 for _register in (_register_alignment, _register_keepalive, _register_snapshots,
                   _register_deleters, _register_chains, _register_capsule_kinds,
                   _register_strides, _register_internal, _register_api_pointers):
+    _register()
+
+# -- Appended block: device bitmaps and sync_event order, callbacks run while a refusal is set,
+# blank objects, requested_schema levels, the exchange API before Arrow, view-type names. ------
+
+def _on_fake_cuda(run):
+    """Run ``run(fake)`` with the fake CUDA driver installed (tests/fake_cuda.py)."""
+    def case():
+        from dlpack.tests import fake_cuda
+
+        fake = fake_cuda.install()
+        try:
+            return run(fake)
+        finally:
+            fake_cuda.uninstall()
+    return case
+
+
+def _cuda_bitmap_column(fake, bitmap: int, kind=2, null_count=-1, event=None):
+    """Three float32 in fake device memory (pinned for kind 3) with the bitmap pointer given."""
+    ap = _ap()
+    values = (ctypes.c_float * 3)(1, 2, 3)
+    KEEP.append(values)
+    ptr = fake.device_array(bytes(values), device=0) if kind == 2 else fake.pinned(values)
+    col = ap.primitive("f", [0, 0, 0], b"f", null_count=null_count)
+    col.buffers = [ap.Address(bitmap), ap.Address(ptr)]
+    return ap.DeviceProducer(col, kind, 0, event)
+
+
+def _register_device_bitmaps() -> None:
+    """The Arrow reader reads no device memory with the CPU, and no bitmap before the
+    producer's sync_event (docs/spec.md §13.1)."""
+    g = "arrow-device"
+
+    def unmapped(fake):                 # a device pointer the host cannot read: was a segfault
+        return summary(asdlpack(_cuda_bitmap_column(fake, 0x1000)))
+
+    add(g, "bitmap-unknown-count-unmapped", _on_fake_cuda(unmapped),
+        Raises(("CudaError",), ("cuMemcpyDtoH", "CUDA_ERROR_INVALID_VALUE")))
+
+    def counted(bits):
+        def run(fake):
+            bitmap = fake.device_array(_ap().bitmap(bits), device=0)
+            return [summary(asdlpack(_cuda_bitmap_column(fake, bitmap))), fake.touched()]
+        return run
+
+    add(g, "bitmap-unknown-count-valid", _on_fake_cuda(counted("111")),
+        Gives([[[3], [1], "float32", True], []]))
+    add(g, "bitmap-unknown-count-null", _on_fake_cuda(counted("110")),
+        buffer_error("1 null(s) among its 3 values", "fill_null"))
+
+    def stale(before, after):
+        def run(fake):
+            raw = _ap().bitmap(before)
+            host = (ctypes.c_ubyte * len(raw)).from_buffer_copy(raw)
+            KEEP.append(host)
+            bitmap = fake.pinned(host)
+            stream = fake.stream()
+            fake.kernel(stream, bitmap, _ap().bitmap(after))
+            obj = _cuda_bitmap_column(fake, bitmap, kind=3, event=fake.record(stream))
+            return summary(asdlpack(obj))
+        return run
+
+    add(g, "pinned-bitmap-written-valid", _on_fake_cuda(stale("000", "111")),
+        Gives([[3], [1], "float32", True]))
+    add(g, "pinned-bitmap-written-null", _on_fake_cuda(stale("111", "011")),
+        buffer_error("1 null(s)"))
+
+
+def _register_callbacks_while_refusing() -> None:
+    """Foreign callbacks that run Python code run, and the refusal stays (docs/spec.md §7)."""
+    g = "callbacks"
+
+    def arrow_refused(make):
+        state: dict = {}
+
+        def run():
+            ap = _ap()
+            obj = ap.ArrayProducer(make(ap), destructor=True)
+            state["obj"] = obj
+            return summary(asdlpack(obj))
+
+        def after():
+            gc.collect()
+            return state["obj"].released
+        return run, after
+
+    cases = [("nulls", lambda ap: _f32(ap, null_count=1, buffers=[ap.bitmap("1011"),
+                                                                   ap.values("f", [1] * 4)]),
+              ("1 null(s)",)),
+             ("layout", lambda ap: _f32(ap, n_buffers=3), ("'n_buffers' = 3",)),
+             ("type", lambda ap: ap.Col(b"vu", 1, buffers=[None, None]), ("string_view",))]
+    for name, make, words in cases:
+        run, after = arrow_refused(make)
+        add(g, f"arrow-capsule-destructor-{name}", run,
+            buffer_error("__arrow_c_array__", *words, after={"schema": 1, "array": 1}),
+            after=after)
+
+    calls: list = []
+
+    def legacy_capsule():
+        import warnings
+
+        import dlpack
+
+        memory = ctypes.create_string_buffer(64)
+        KEEP.append(memory)
+
+        class Producer:
+            def __dlpack__(self, **kwargs):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    return dlpack.Capsule.new(ctypes.addressof(memory), "not_dltensor",
+                                              lambda c: calls.append(c.get_name())).capsule
+
+        return summary(asdlpack(Producer()))
+
+    add(g, "legacy-capsule-destructor", legacy_capsule,
+        buffer_error("'not_dltensor'", after=["not_dltensor"]), after=lambda: calls)
+
+
+def _register_unreachable_blank() -> None:
+    """No half-made DLPackObject is visible to Python code that runs while a reader reads."""
+    g = "internal"
+
+    def half_made():
+        """A release callback (Python code run mid-read) searches the collector."""
+        from dlpack import DLPackObject
+        from dlpack.tools.check_arrow import SchemaRelease
+
+        ap = _ap()
+        seen: list = []
+
+        def release(p) -> None:
+            seen.extend(type(o).__name__ for o in gc.get_objects() if type(o) is DLPackObject
+                        and o.itemsize == 0)
+            p.contents.release = SchemaRelease()
+
+        obj = ap.ArrayProducer(_f32(ap))
+        obj.schema.release = SchemaRelease(release)
+        KEEP.append(obj.schema.release)
+        asdlpack(obj)
+        return seen
+
+    add(g, "blank-object-in-the-collector", half_made, Gives([]))
+
+
+def _register_arrow_answers() -> None:
+    """requested_schema per level, §3's order for the exchange API, Arrow's type names."""
+    g = "arrow-answers"
+
+    def bool8_levels():
+        """fixed_size_list<bool8> asked of a (2, 3) bool tensor: bool8 stays on the values."""
+        from dlpack.tools.check_arrow import struct_of
+
+        ap = _ap()
+        src = bytearray([1, 0, 1, 1, 0, 0])
+        b = asdlpack(_bool_view(src, (2, 3)))
+        wanted = ap.capsule(ap.build_schema(ap.Col(b"+w:3", children=[ap.Col(
+            b"c", metadata=ap.extension(b"arrow.bool8"))])), b"arrow_schema")
+        schema, _ = b.__arrow_c_array__(wanted)
+        s = struct_of(schema, b"arrow_schema")
+        child = s.children[0].contents
+        return [s.format.decode(), bool(s.metadata), child.format.decode(),
+                bool(child.metadata) and b"arrow.bool8" in ctypes.string_at(child.metadata, 64)]
+
+    add(g, "requested-fsl-of-bool8", bool8_levels, Gives(["+w:3", False, "c", True]))
+
+    def api_and_arrow():
+        dlc = _dlc()
+        import array
+
+        src = array.array("f", [4, 5, 6])
+        other = _ap().ArrayProducer(_f32(_ap()))
+        api = dlc.DLPackExchangeAPI()
+        api.header.version.major, api.header.version.minor = 1, 3
+        entry = dict(dlc.DLPackExchangeAPI._fields_)["managed_tensor_from_py_object_no_sync"]
+
+        def from_py(obj, out):
+            out[0] = dlc.to_pointer(asdlpack(src))
+            return 0
+
+        api.managed_tensor_from_py_object_no_sync = entry(from_py)
+        KEEP.append(api)
+        cls = type("Both", (), {
+            "__dlpack_c_exchange_api__": capsule(ctypes.addressof(api), b"dlpack_exchange_api"),
+            "__arrow_c_array__": lambda self, requested_schema=None: other.__arrow_c_array__()})
+        return memoryview(asdlpack(cls())).tolist()
+
+    add(g, "exchange-api-before-arrow", api_and_arrow, Gives([4.0, 5.0, 6.0]))
+    for fmt, name in [(b"vu", "string_view"), (b"vz", "binary_view"), (b"+vl", "list_view"),
+                      (b"+vL", "large_list_view"), (b"U", "large_string")]:
+        add(g, f"view-name-{name}", via_arrow(lambda ap, f=fmt: ap.Col(f, 1, buffers=[None])),
+            buffer_error(f"is {name}, a "))
+
+
+def _bool_view(buf, shape):
+    """A bool DLPack view of buf's bytes with the given shape (through from_address)."""
+    return _from_address(address(buf), shape, "bool", owner=buf)
+
+
+for _register in (_register_device_bitmaps, _register_callbacks_while_refusing,
+                  _register_unreachable_blank, _register_arrow_answers):
     _register()
 
 GROUPS = sorted({c.group for c in CASES.values()})

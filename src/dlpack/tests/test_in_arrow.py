@@ -106,6 +106,41 @@ def test_cpu_device_ids():
         assert dl.device == (DLDeviceType.kDLCPU, 0)
 
 
+def _refused_with(col: ap.Col, schema: ap.Col | None = None) -> None:
+    """Refused with Python-code release callbacks and capsule destructors (ctypes: a pending
+    error breaks them) run while the refusal is raised: a proper BufferError, each struct
+    released exactly once (docs/spec.md §7)."""
+    obj = ap.ArrayProducer(col, schema, destructor=True)
+    with pytest.raises(BufferError, match="__arrow_c_array__"):
+        asdlpack(obj)
+    gc.collect()
+    assert obj.released == {"schema": 1, "array": 1}
+
+
+def test_python_code_callbacks_run_while_a_refusal_is_raised():
+    nulls = ap.primitive("f", [1, 2, 3], b"f", null_count=1)
+    nulls.buffers[0] = ap.bitmap("101")
+    _refused_with(nulls)                                    # a refused value
+    _refused_with(ap.primitive("f", [1, 2], b"f", n_buffers=3))     # a refused layout
+    _refused_with(ap.Col(b"u", 0, buffers=[None, None, None]))      # a refused type
+
+
+def test_an_error_a_release_callback_leaves_is_reported_not_passed_on(monkeypatch):
+    """A C release callback that returns with a Python error set (here PyErr_NoMemory itself)
+    cannot fail the read: its error is reported as unraisable (docs/spec.md §7)."""
+    import sys
+
+    from dlpack.tools.check_arrow import SchemaRelease
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_type))
+    obj = ap.ArrayProducer(ap.primitive("f", [1, 2], b"f"))
+    obj.schema.release = SchemaRelease(ctypes.cast(ctypes.pythonapi.PyErr_NoMemory,
+                                                   ctypes.c_void_p).value)
+    assert memoryview(asdlpack(obj)).tolist() == [1, 2]
+    assert reported == [MemoryError]
+
+
 # -- in: CUDA device arrays (the strict fake driver) ----------------------------------------------
 
 
@@ -254,6 +289,106 @@ def test_cuda_round_trip_hands_the_producers_event_on(fake):
     assert fake.calls == []
 
 
+def _bitmap_on(fake, kind, bits: str, device=1):
+    """A validity bitmap (ap.bitmap) in device memory (kind 2) or pinned host memory (3)."""
+    raw = ap.bitmap(bits)
+    if kind == 2:
+        return fake.device_array(raw, device=device), None
+    host = (ctypes.c_ubyte * len(raw)).from_buffer_copy(raw)
+    return fake.pinned(host, device=device), host
+
+
+def _cuda_nullable(fake, kind, bits, null_count=-1, written=None):
+    """Three float32 on CUDA device 1 (kind 2: device memory; 3: pinned) with a validity
+    bitmap of the same kind; with ``written``, a producer's kernel queued on its own stream
+    writes that bitmap later, and the sync_event is recorded after it. Returns (producer,
+    bitmap pointer, event)."""
+    values = (ctypes.c_float * 3)(1, 2, 3)
+    ptr = (fake.device_array(bytes(values), device=1) if kind == 2
+           else fake.pinned(values, device=1))
+    bitmap, _ = _bitmap_on(fake, kind, bits)
+    stream = fake.stream(device=1)
+    if written is not None:
+        fake.kernel(stream, bitmap, ap.bitmap(written), device=1)
+    ev = fake.record(stream, device=1)
+    col = ap.primitive("f", [0, 0, 0], b"f", null_count=null_count)
+    col.buffers = [ap.Address(bitmap), ap.Address(ptr)]
+    return ap.DeviceProducer(col, kind, 1, ev), bitmap, ev
+
+
+def test_cuda_bitmap_of_unknown_null_count_is_counted_by_the_driver(fake):
+    """Device memory is never read by the CPU (§13): a bitmap whose null_count is -1 is
+    copied to the host by the driver, after the sync_event, and counted there."""
+    obj, bitmap, ev = _cuda_nullable(fake, 2, "111")
+    dl = asdlpack(obj)
+    assert (dl.shape, dl.device) == ((3,), (DLDeviceType.kDLCUDA, 1))
+    assert fake.calls == [*enter(1, True), ("cuEventSynchronize", ev), *LEAVE,
+                          ("cuDevicePrimaryCtxGetState", 1), ("cuCtxPushCurrent", ctx(1)),
+                          ("cuMemcpyDtoH", bitmap, 1), *LEAVE]
+    obj, *_ = _cuda_nullable(fake, 2, "101")
+    with pytest.raises(BufferError, match=r"has 1 null\(s\) among its 3 values"):
+        asdlpack(obj)
+
+
+def test_cuda_sliced_list_child_bitmap_is_counted_by_the_driver(fake):
+    """A fixed-size list's sliced child: its null_count (1, in the rows outside the slice)
+    cannot answer, and its device bitmap is copied, not read."""
+    values = fake.device_array(_floats(9, 9, 1, 2), device=1)
+    bitmap, _ = _bitmap_on(fake, 2, "0011")
+    child = ap.Col(b"f", 4, null_count=1, buffers=[ap.Address(bitmap), ap.Address(values)])
+    col = ap.Col(b"+w:2", 1, offset=1, buffers=[None], children=[child])
+    dl = asdlpack(ap.DeviceProducer(col, 2, 1))
+    assert (dl.shape, dl.data_ptr) == ((1, 2), values + 8)
+    assert ("cuMemcpyDtoH", bitmap, 1) in fake.calls
+
+
+@pytest.mark.parametrize("null_at", [None, 0, 2**23 - 4, 2**23 - 3, 2**23 + 8])
+def test_cuda_bitmap_counted_a_chunk_at_a_time(fake, null_at):
+    """A device bitmap longer than one copy (1 MiB) from an unaligned offset: each chunk
+    counted, a null found at either end of either (the first value, the last bits of the
+    first chunk and the first of the second, the last value), no bit outside the slice read."""
+    n, offset = 2**23 + 9, 3                    # bits 3 … 2**23 + 11: two chunks
+    raw = bytearray(b"\xff" * ((offset + n + 7) // 8 + 8))
+    raw[0] = 0b11111000                         # bits 0-2, before the offset: nulls outside
+    if null_at is not None:
+        bit = offset + null_at
+        raw[bit >> 3] &= ~(1 << (bit & 7))
+    bitmap = fake.device_array(raw, device=1)
+    values = fake.device_array(bytes(offset + n), device=1)
+    col = ap.Col(b"C", n, offset=offset, null_count=-1,
+                 buffers=[ap.Address(bitmap), ap.Address(values)])
+    obj = ap.DeviceProducer(col, 2, 1)
+    if null_at is None:
+        assert asdlpack(obj).shape == (n,)
+    else:
+        with pytest.raises(BufferError, match=rf"has 1 null\(s\) among its {n} values"):
+            asdlpack(obj)
+    copies = [c for c in fake.calls if c[0] == "cuMemcpyDtoH"]
+    assert copies == [("cuMemcpyDtoH", bitmap, 2**20), ("cuMemcpyDtoH", bitmap + 2**20, 2)]
+
+
+@pytest.mark.parametrize(("before", "after", "nulls"), [("000", "111", 0), ("111", "101", 1)])
+def test_cuda_pinned_bitmap_read_after_the_sync_event(fake, before, after, nulls):
+    """A pinned bitmap a queued kernel is still writing is read once the producer's event has
+    happened: the values it writes decide, never the old ones."""
+    obj, _, ev = _cuda_nullable(fake, 3, before, written=after)
+    if nulls:
+        with pytest.raises(BufferError, match=r"has 1 null\(s\)"):
+            asdlpack(obj)
+    else:
+        assert asdlpack(obj).shape == (3,)
+    assert fake.calls == [*enter(1, True), ("cuEventSynchronize", ev), *LEAVE]
+
+
+def test_cuda_known_null_count_reads_no_bitmap(fake):
+    obj, *_ = _cuda_nullable(fake, 2, "101", null_count=1)
+    with pytest.raises(BufferError, match=r"has 1 null\(s\)"):
+        asdlpack(obj)
+    obj, *_ = _cuda_nullable(fake, 2, "101", null_count=0)
+    assert asdlpack(obj).shape == (3,)
+    assert fake.calls == []
+
+
 # -- in: real producers --------------------------------------------------------------------------
 
 def test_pyarrow_every_primitive_matches_its_own_dlpack():
@@ -279,6 +414,22 @@ def test_pyarrow_refusals_name_the_way_out():
         asdlpack(pa.array([1], pa.timestamp("us")))
     with pytest.raises(BufferError, match="indices"):
         asdlpack(pa.array([1, 2, 1]).dictionary_encode())
+
+
+@pytest.mark.parametrize("name", ["string", "large_string", "string_view", "binary",
+                                  "large_binary", "binary_view", "list_view",
+                                  "large_list_view", "list", "large_list"])
+def test_variable_size_types_refused_by_their_arrow_names(name):
+    """A refusal names the type as Arrow (and pa.<name>()) does: string_view, not "a string
+    type" only."""
+    pa = lib("pyarrow")
+    if "list" in name:
+        arr = pa.array([[1], [2, 3]], getattr(pa, "list_" if name == "list" else name)(
+            pa.int32()))
+    else:
+        arr = pa.array([b"a", b"bc"] if "binary" in name else ["a", "bc"], getattr(pa, name)())
+    with pytest.raises(BufferError, match=rf"'format' = '\S+' of the array is {name}, a "):
+        asdlpack(arr)
 
 
 def test_pyarrow_nulls_outside_a_slice_are_fine():

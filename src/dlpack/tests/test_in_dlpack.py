@@ -344,3 +344,28 @@ def test_dlpack_returning_garbage():
 
     with pytest.raises(BufferError, match="not a PyCapsule"):
         asdlpack(Liar())
+
+
+def test_legacy_capsule_destructor_runs_when_its_capsule_is_refused():
+    """A dlpack.Capsule destructor (Python code, through ctypes) of a capsule __dlpack__
+    returned runs when asdlpack or todict refuses it, and the refusal is raised as it is
+    (a pending error made the destructor fail: SystemError, and a leak)."""
+    import ctypes
+    import warnings
+
+    import dlpack
+
+    calls = []
+    memory = ctypes.create_string_buffer(64)
+
+    class Producer:
+        def __dlpack__(self, **kwargs):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return dlpack.Capsule.new(ctypes.addressof(memory), "not_dltensor",
+                                          lambda c: calls.append(c.get_name())).capsule
+
+    for call in (asdlpack, todict):
+        with pytest.raises(BufferError, match="'not_dltensor' is not 'dltensor'"):
+            call(Producer())
+    assert calls == ["not_dltensor", "not_dltensor"]

@@ -24,6 +24,87 @@ from dlpack.tools.check_arrow import (
 _RENAMES = (b"arrow_array", b"arrow_schema", b"arrow_array_stream", b"renamed")  # kept alive
 
 
+# -- no export sees a blank object (docs/spec.md §7) --------------------------------------------
+
+EXPORT_PREFIXES = ("__dlpack", "__arrow_c_", "__array_", "__cuda_array_", "__reduce_ex__")
+EXPORT_ARGS = {"__reduce_ex__": (5,)}
+
+
+def exports() -> list[str]:
+    """Every export DLPackObject defines, found by name: a new one is covered unasked."""
+    from dlpack import DLPackObject
+
+    return sorted(n for n in dir(DLPackObject) if n.startswith(EXPORT_PREFIXES)
+                  and n != "__dlpack_c_exchange_api__")       # a capsule: the API's own test
+
+
+def _try_every_export(obj) -> dict[str, str]:
+    """Each export's outcome on obj (the buffer protocol, a slot, as "buffer")."""
+    outcomes = {}
+    for name in [*exports(), "buffer"]:
+        try:
+            if name == "buffer":
+                memoryview(obj).release()
+            else:
+                value = getattr(obj, name)
+                if callable(value):
+                    value(*EXPORT_ARGS.get(name, ()))
+            outcomes[name] = "exported"
+        except Exception as e:
+            outcomes[name] = f"{type(e).__name__}: {e}"
+    return outcomes
+
+
+def test_no_export_reaches_a_blank_object():
+    """Python code that runs while asdlpack reads (a producer's release callback) finds no
+    half-made DLPackObject through the collector, and cannot make one: every object it can
+    reach was validated, and every export of it works as on any other."""
+    import gc
+
+    from dlpack import DLPackObject
+    from dlpack.tools.check_arrow import SchemaRelease
+
+    assert {"__arrow_c_array__", "__arrow_c_schema__", "__arrow_c_stream__",
+            "__arrow_c_device_array__", "__dlpack__", "__array_interface__"} <= set(exports())
+    found: list = []
+
+    def release(p) -> None:
+        found.extend(o for o in gc.get_objects() if type(o) is DLPackObject)
+        with pytest.raises(TypeError, match="asdlpack"):
+            DLPackObject.__new__(DLPackObject)
+        p.contents.release = SchemaRelease()
+
+    callback = SchemaRelease(release)
+    obj = ap.ArrayProducer(ap.primitive("f", [1, 2, 3], b"f"))
+    obj.schema.release = callback
+    keep = asdlpack(bytearray(b"abcd"))
+    dl = asdlpack(obj)
+    assert keep in found and not any(o is dl for o in found)
+    cpu = {name: "exported" for name in [*exports(), "buffer"]}
+    cpu["__cuda_array_interface__"] = ("AttributeError: __cuda_array_interface__: the data is "
+                                       "on kDLCPU:0, not a CUDA device")
+    for o in [*found, dl]:
+        assert o.itemsize > 0 and _try_every_export(o) == cpu
+
+
+def test_every_reader_publishes_what_it_made():
+    """Each reader's object is tracked by the collector once made (untracked only while
+    blank): a cycle through one is collected."""
+    import array
+    import gc
+    import pickle
+
+    from dlpack import from_address
+
+    src = array.array("f", [1, 2])
+    made = [asdlpack(b"ab"), asdlpack(bytearray(2)), asdlpack(memoryview(src)),
+            asdlpack(ap.ArrayProducer(ap.primitive("f", [1, 2], b"f"))),
+            from_address(src.buffer_info()[0], (2,), "float32", owner=src)]
+    made += [asdlpack(made[0], allow_legacy_readonly=True), pickle.loads(pickle.dumps(made[1])),
+             asdlpack(asdlpack(src).__dlpack__(max_version=(1, 0)))]
+    assert all(gc.is_tracked(o) for o in made)
+
+
 # -- the structs a DLPackObject hands out ------------------------------------------------------
 
 def _array(dl, method="__arrow_c_array__"):
@@ -271,6 +352,45 @@ def test_requested_schema_negotiation():
     assert pa.array(b, type=pa.int8()).to_pylist() == [1, 0]
     with pytest.raises(BufferError, match="does not cast"):
         pa.array(asdlpack(np.arange(3.0)), type=pa.float32())
+
+
+def _extension(s) -> bytes | None:
+    """The ARROW:extension:name in an ArrowSchema's metadata, or None."""
+    if not s.metadata:
+        return None
+    p = s.metadata
+    pairs = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+    p += 4
+    found = {}
+    for _ in range(pairs):
+        k = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+        key = ctypes.string_at(p + 4, k)
+        p += 4 + k
+        v = struct.unpack("=i", ctypes.string_at(p, 4))[0]
+        found[key] = ctypes.string_at(p + 4, v)
+        p += 4 + v
+    return found.get(b"ARROW:extension:name")
+
+
+def test_requested_schema_decides_each_level():
+    """An N-D bool tensor asked as fixed_size_list<bool8> keeps bool8 for the values (only the
+    list level is plain); asked as fixed_size_list<int8>, both levels are storage."""
+    np = lib("numpy")
+    b = asdlpack(np.array([[True, False, True], [True, True, False]]))
+    for values, name in [(ap.Col(b"c", metadata=ap.extension(b"arrow.bool8")), b"arrow.bool8"),
+                         (ap.Col(b"c"), None)]:
+        wanted = ap.capsule(ap.build_schema(ap.Col(b"+w:3", children=[values])),
+                            b"arrow_schema")
+        schema, array = b.__arrow_c_array__(wanted)
+        s = struct_of(schema, b"arrow_schema")
+        assert (s.format, _extension(s)) == (b"+w:3", None)
+        child = s.children[0].contents
+        assert (child.format, _extension(child)) == (b"c", name)
+        assert struct_of(array, b"arrow_array").children[0].contents.buffers[1] == b.data_ptr
+    pa = lib("pyarrow")
+    got = pa.array(b, type=pa.list_(pa.bool8(), 3))
+    assert got.type == pa.list_(pa.bool8(), 3)
+    assert got.flatten().storage.to_pylist() == [1, 0, 1, 1, 1, 0]
 
 
 def test_jax_to_polars_values():

@@ -156,6 +156,21 @@ def test_a_producer_speaking_only_the_exchange_api():
     assert ro.readonly and not np.from_dlpack(ro).flags.writeable
 
 
+def test_exchange_api_comes_before_arrow():
+    """A type with the exchange API and an Arrow method (no __dlpack__) is read through the
+    API: §3 puts every tensor protocol before Arrow's columns."""
+    from dlpack.tests import arrow_producers as ap
+
+    other = ap.ArrayProducer(ap.primitive("f", [7, 8], b"f"))
+    Producer = exchange_api_type()
+    Both = type("Both", (Producer,), {"__arrow_c_array__": lambda self, requested_schema=None:
+                                      other.__arrow_c_array__()})
+    a = np.arange(3, dtype=np.float32)
+    p = Both(a)
+    dl = asdlpack(p)
+    assert p.calls == 1 and dl.data_ptr == a.ctypes.data and other.released == {}
+
+
 def test_exchange_api_of_another_major_is_not_used():
     Producer = exchange_api_type(major=2, minor=0)
     p = Producer(np.arange(3.0))
