@@ -313,7 +313,6 @@ cdef class DLPackObject:
         """The same pinned or managed CUDA memory as a CPU object, once the producer's work is
         done: for consumers that refuse kDLCUDAHost/kDLCUDAManaged and never pass dl_device
         (``jax.numpy.from_dlpack(dl.on_host())``; spec §10). CPU data is returned as it is."""
-        _check_made(self)
         return _on_host(self)
 
     def __repr__(self):
