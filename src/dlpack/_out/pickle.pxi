@@ -26,6 +26,10 @@ cdef class _Span:
     cdef Py_ssize_t one                 # the stride: 1 byte (the view may be copied by value)
     cdef bint readonly
     cdef object owner
+    cdef void *copy                     # or the C-contiguous copy it owns (_alloc_copy's)
+
+    def __dealloc__(self):
+        free(self.copy)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         if flags & PyBUF_WRITABLE and self.readonly:
@@ -54,7 +58,6 @@ cdef object _reduce(DLPackObject self, int protocol):
     cdef int64_t c_strides[MAX_NDIM]
     cdef int i
     cdef bint readonly = self._flags & FLAG_READ_ONLY
-    cdef bytearray copy
     cdef _Span span
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(
@@ -70,10 +73,11 @@ cdef object _reduce(DLPackObject self, int protocol):
     span.readonly = readonly
     if (hi - lo) // SPAN_MAX_RATIO > self.lay.nbytes:       # no overflow for huge views
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        copy = bytearray(self.lay.nbytes + DATA_ALIGN - 1)
-        span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (DATA_ALIGN - 1))
+        span.copy = _alloc_copy(<size_t>self.lay.nbytes + DATA_ALIGN - 1)
+        if span.copy == NULL:
+            raise MemoryError(f"pickle: cannot allocate {self.lay.nbytes} bytes for a copy")
+        span.ptr = <char *>span.copy + (-<uintptr_t>span.copy & (DATA_ALIGN - 1))
         _gather(span.ptr, <const char *>self.dl.data, self)
-        span.owner = copy
         lo, hi = 0, self.lay.nbytes
         _c_strides(self.dl.ndim, self.dl.shape, c_strides)
         strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
