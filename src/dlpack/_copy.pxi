@@ -56,7 +56,7 @@ cdef extern from *:
 cdef enum:
     HUGE_BYTES = 4 << 20        # allocations this large are advised for huge pages (as NumPy's)
     NOGIL_BYTES = 1 << 20       # copies this large run without the GIL
-    TICK_BYTES = 16 << 20       # ...and take it back to check for signals after this many bytes
+    TICK_BYTES = 32 << 20       # ...and take it back to check for signals after this many bytes
     TILE_BYTES = 256            # a transposing copy moves tiles this many bytes wide and high
 
 
@@ -160,26 +160,32 @@ cdef void _plan(_Plan *p, int ndim, const int64_t *shape, const int64_t *strides
         size *= p.extent[i]
 
 
-cdef inline int _tick(int64_t *moved, int64_t nbytes, bint check) except -1 nogil:
-    """Count bytes copied; every TICK_BYTES, with the GIL back for a moment, run the signal
-    handlers (Ctrl-C stops a long copy: its error propagates, the caller frees the copy)."""
+cdef inline int _tick(int64_t *moved, int64_t nbytes, PyThreadState **released) noexcept nogil:
+    """Count bytes copied. A large copy on the main thread (the one that runs signal handlers)
+    takes the GIL back every TICK_BYTES to run them: -1 when one raised (Ctrl-C; its error is
+    set, the GIL released again). By hand, not `with gil`: PyGILState is wrong in
+    subinterpreters."""
+    cdef int failed
     moved[0] += nbytes
-    if check and moved[0] >= TICK_BYTES:
-        moved[0] = 0
-        with gil:
-            PyErr_CheckSignals()
-    return 0
+    if released[0] == NULL or moved[0] < TICK_BYTES:
+        return 0
+    moved[0] = 0
+    PyEval_RestoreThread(released[0])
+    failed = _run_signal_handlers()
+    released[0] = PyEval_SaveThread()
+    return failed
 
 
 cdef inline int64_t _magnitude(int64_t x) noexcept nogil:
     return -x if x < 0 else x
 
 
-cdef int _walk(const _Plan *p, char *dst, const char *src, bint check) except -1 nogil:
+cdef int _walk(const _Plan *p, char *dst, const char *src,
+               PyThreadState **released) noexcept nogil:
     """Copy by the plan: the destination's innermost dimension in runs (one memcpy when the
     source is contiguous there too); when another dimension steps through the source more
     closely, that pair in square tiles (a transpose reads and writes whole cache lines); the
-    other dimensions by an odometer, in the destination's order."""
+    other dimensions by an odometer, in the destination's order. -1: a signal handler raised."""
     cdef int i, m = 0, k = p.n - 1, j = -1
     cdef int outer[MAX_NDIM]
     cdef int64_t idx[MAX_NDIM]
@@ -206,7 +212,8 @@ cdef int _walk(const _Plan *p, char *dst, const char *src, bint check) except -1
             while at < p.extent[k]:
                 c = min(piece, p.extent[k] - at)
                 _run(d + at * p.dst[k], s + at * p.src[k], c, p.dst[k], p.src[k], isz)
-                _tick(&moved, c * isz, check)
+                if _tick(&moved, c * isz, released):
+                    return -1
                 at += c
         else:
             r = 0
@@ -218,7 +225,8 @@ cdef int _walk(const _Plan *p, char *dst, const char *src, bint check) except -1
                     for at in range(r, r + rows):
                         _run(d + at * p.dst[j] + c * p.dst[k], s + at * p.src[j] + c * p.src[k],
                              cols, p.dst[k], p.src[k], isz)
-                    _tick(&moved, rows * cols * isz, check)
+                    if _tick(&moved, rows * cols * isz, released):
+                        return -1
                     c += cols
                 r += rows
         i = m - 1
@@ -246,6 +254,8 @@ cdef int _gather(char *dst, const char *data, DLPackObject src,
     """
     cdef _Plan p
     cdef int64_t one = 1
+    cdef int failed
+    cdef PyThreadState *released = NULL
     if src.lay.count == 0:
         return 0
     if strides == NULL and src.lay.c_contig:
@@ -254,7 +264,12 @@ cdef int _gather(char *dst, const char *data, DLPackObject src,
         _plan(&p, src.dl.ndim, src.dl.shape,
               <const int64_t *>src.dl.strides if strides == NULL else strides, src.lay.itemsize)
     if src.lay.nbytes < NOGIL_BYTES:
-        return _walk(&p, dst, data, False)
-    with nogil:
-        _walk(&p, dst, data, True)
-    return 0
+        return _walk(&p, dst, data, &released)
+    if PyThread_get_thread_ident() != _threading.main_thread().ident:
+        with nogil:                 # no signal handlers run here: nothing to check
+            _walk(&p, dst, data, &released)
+        return 0
+    released = PyEval_SaveThread()
+    failed = _walk(&p, dst, data, &released)
+    PyEval_RestoreThread(released)
+    return failed                   # -1 with the handler's error set
