@@ -181,6 +181,24 @@ def test_large_copy_lets_other_threads_run():
     assert best
 
 
+def test_large_copies_on_other_threads():
+    """Threads other than the main one run no signal handlers: their copies never stop."""
+    base = _items((700, 900), 8, seed=3)
+    views = [base.transpose(1, 0, 2), base[:, ::2], base[::-1]]
+    got = {}
+
+    def copy(i):
+        got[i] = _wrap(views[i]).__dlpack__(copy=True, max_version=(1, 3))
+
+    workers = [threading.Thread(target=copy, args=(i,)) for i in range(len(views))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for i, view in enumerate(views):
+        _check_copy(got[i], view)
+
+
 def test_signal_handler_error_stops_a_large_copy():
     """Ctrl-C (any signal handler that raises) stops a large copy with its error, and frees it.
 
