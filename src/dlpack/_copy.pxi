@@ -55,16 +55,21 @@ cdef extern from *:
 
 cdef enum:
     HUGE_BYTES = 4 << 20        # allocations this large are advised for huge pages (as NumPy's)
+    HUGE_PAGE = 2 << 20         # ...and aligned to one (x86-64's and 4 KiB-page arm64's size)
     NOGIL_BYTES = 1 << 20       # copies this large run without the GIL
     TICK_BYTES = 32 << 20       # ...and take it back to check for signals after this many bytes
     TILE_BYTES = 256            # a transposing copy moves tiles this many bytes wide and high
 
 
 cdef void *_alloc_copy(size_t size) noexcept nogil:
-    """malloc for a buffer a copy fills at once (NULL when out of memory); free() frees it."""
-    cdef void *p = malloc(size)
-    if p != NULL and size >= HUGE_BYTES:
-        _advise_huge(p, size)
+    """malloc for a buffer a copy fills at once (NULL when out of memory); free() frees it.
+    A large one starts on a huge-page boundary, so that its first bytes get one too."""
+    cdef void *p = NULL
+    if size < HUGE_BYTES:
+        return malloc(size)
+    if posix_memalign(&p, HUGE_PAGE, size) != 0:
+        return NULL
+    _advise_huge(p, size)
     return p
 
 

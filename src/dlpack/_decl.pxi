@@ -30,6 +30,7 @@ from libc.stdio cimport snprintf
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy, memset, strcmp
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+from posix.stdlib cimport posix_memalign
 
 from dlpack._abi cimport *
 
