@@ -4,6 +4,7 @@
 # adds its line to its group, and declares what it cimports in _decl.pxi.
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
+include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
 include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_cuda.pxi"              # the CUDA driver and stream ordering
 include "_in/buffer.pxi"         # readers, one per protocol

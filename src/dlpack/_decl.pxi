@@ -17,8 +17,8 @@ from cpython.pycapsule cimport (
     PyCapsule_IsValid, PyCapsule_New, PyCapsule_SetName,
 )
 from cpython.pythread cimport (
-    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_release_lock,
-    PyThread_type_lock,
+    WAIT_LOCK, PyThread_acquire_lock, PyThread_allocate_lock, PyThread_get_thread_ident,
+    PyThread_release_lock, PyThread_type_lock,
 )
 from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GetSlice
@@ -30,6 +30,7 @@ from libc.stdio cimport snprintf
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy, memset, strcmp
 from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+from posix.stdlib cimport posix_memalign
 
 from dlpack._abi cimport *
 
@@ -37,6 +38,7 @@ import ctypes as _ctypes
 import pickle as _pickle
 import struct as _struct
 import sys
+import threading as _threading
 from collections.abc import Mapping as _Mapping
 
 from dlpack import _types
@@ -75,6 +77,11 @@ cdef extern from "Python.h":
     PyObject *_PyType_Lookup(type t, object name)     # borrowed, never raises
     object PyObject_Vectorcall(object, PyObject **, size_t, PyObject *)
     int PyErr_CheckSignals() except -1
+    int _run_signal_handlers "PyErr_CheckSignals"() noexcept nogil   # the GIL held, unknown
+    ctypedef struct PyThreadState:                                   # to Cython (see _tick)
+        pass
+    PyThreadState *PyEval_SaveThread() nogil
+    void PyEval_RestoreThread(PyThreadState *) nogil
     char *PyBytes_AS_STRING(object)
     Py_ssize_t PyBytes_GET_SIZE(object)
 

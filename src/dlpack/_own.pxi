@@ -1,5 +1,5 @@
 # Ownership: adopting a producer's managed tensor, the export block we hand out, its deleters,
-# the capsule destructors (one per struct kind), and the copy routine.
+# and the capsule destructors (one per struct kind). The copy routine is _copy.pxi's.
 
 
 cdef extern from *:
@@ -192,7 +192,7 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     if nbytes > <size_t>INT64_MAX - data_at:
         raise MemoryError(f"__dlpack__: a copy of {self.lay.nbytes} bytes cannot be allocated")
     if kind == EXPORT_HOST_COPY:
-        block = <char *>malloc(data_at + nbytes)
+        block = <char *>_alloc_copy(data_at + nbytes)
     else:
         block = <char *>malloc(dims_at + 2 * <size_t>ndim * sizeof(int64_t))
     if block == NULL:
@@ -222,7 +222,11 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
         t.device.device_type = kDLCPU
         t.device.device_id = 0
         if _host_accessible(self.dl.device.device_type):
-            _gather(<char *>t.data, <const char *>self.dl.data, self)
+            try:
+                _gather(<char *>t.data, <const char *>self.dl.data, self)
+            except BaseException:       # interrupted (a signal handler raised): nothing holds it
+                free(block)
+                raise
     elif kind == EXPORT_DEVICE_COPY:
         t.data = <void *><uintptr_t>(<_DeviceMemory>owner).ptr
         t.device.device_type = kDLCUDA
@@ -234,41 +238,6 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
     else:
         (<DLManagedTensor *>block).manager_ctx = <void *>owner if owner is not None else NULL
     return block
-
-
-cdef void _gather(char *dst, const char *data, DLPackObject src,
-                  const int64_t *strides=NULL) noexcept:
-    """Copy src's elements, addressed from data with src's strides (or the element strides
-    given, e.g. a staging copy's), into dst in C order.
-
-    Packed sub-byte arrays are always C-contiguous (_validate refuses others), so the strided
-    loop moves whole items of src.lay.itemsize bytes.
-    """
-    cdef int ndim = src.dl.ndim, i
-    cdef int64_t n
-    cdef int64_t idx[MAX_NDIM]
-    cdef const char *p = data
-    if src.lay.count == 0:
-        return
-    if strides == NULL:
-        if src.lay.c_contig:
-            memcpy(dst, data, src.lay.nbytes)
-            return
-        strides = src.dl.strides
-    for i in range(ndim):
-        idx[i] = 0
-    for n in range(src.lay.count):
-        memcpy(dst, p, src.lay.itemsize)
-        dst += src.lay.itemsize
-        i = ndim - 1
-        while i >= 0:       # odometer; p never leaves the range _validate checked for overflow
-            if idx[i] + 1 < src.dl.shape[i]:
-                idx[i] += 1
-                p += strides[i] * src.lay.itemsize
-                break
-            p -= (src.dl.shape[i] - 1) * strides[i] * src.lay.itemsize
-            idx[i] = 0
-            i -= 1
 
 
 cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:

@@ -325,7 +325,7 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
         while n > 0 and pitch[n - 1] == width:
             width *= extent[n - 1]
             n -= 1
-        staging = <char *>malloc(size)
+        staging = <char *>_alloc_copy(size)
         if staging == NULL:
             raise MemoryError(f"__dlpack__: cannot allocate {size} bytes")
         _cu_copy_rows(self.dl.device.device_id, staging, <uintptr_t>self.dl.data + lo,
@@ -388,7 +388,7 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     cdef _DeviceMemory owner = _cu_alloc(device_id, self.lay.nbytes)
     try:
         if self.lay.count and not self.lay.c_contig:
-            staging = <char *>malloc(self.lay.nbytes)
+            staging = <char *>_alloc_copy(self.lay.nbytes)
             if staging == NULL:
                 raise MemoryError(f"__dlpack__: cannot allocate {self.lay.nbytes} bytes")
             _gather(staging, src, self)

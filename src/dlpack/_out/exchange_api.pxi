@@ -54,7 +54,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
                    b"dtype or shape is invalid (zero bits, negative extent, or more bytes than "
                    b"memory can hold)")
         return -1
-    block = <char *>malloc(data_at + <size_t>nbytes)
+    block = <char *>_alloc_copy(data_at + <size_t>nbytes)
     if block == NULL:
         _set_error(set_error, error_ctx, b"MemoryError",
                    b"pydlpack: out of memory allocating a tensor")

@@ -5,10 +5,11 @@
 # _rebuild is the unpickler's side: it trusts nothing in the stream and validates it all with
 # the same _validate every reader uses.
 
-# A strided array is sent as the span its elements reach (zero-copy, strides kept) unless that
-# span is more than this many times its element bytes; then as a C-contiguous copy.
-cdef enum:
-    SPAN_MAX_RATIO = 2
+# A strided array is sent as the span its elements reach (zero-copy, strides kept) unless the
+# gaps in that span are more than half its element bytes; then as a C-contiguous copy. Every
+# carrier copies the buffer at least once (into the stream, a socket, a store), and a gather into
+# fresh huge pages costs less than copying the gaps: a[:, ::2] of 256 MiB pickles in-band in half
+# NumPy's time as a copy, in 0.75x as its span (1.3x at 32 MiB).
 
 cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
 
@@ -26,6 +27,10 @@ cdef class _Span:
     cdef Py_ssize_t one                 # the stride: 1 byte (the view may be copied by value)
     cdef bint readonly
     cdef object owner
+    cdef void *copy                     # or the C-contiguous copy it owns (_alloc_copy's)
+
+    def __dealloc__(self):
+        free(self.copy)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         if flags & PyBUF_WRITABLE and self.readonly:
@@ -54,7 +59,6 @@ cdef object _reduce(DLPackObject self, int protocol):
     cdef int64_t c_strides[MAX_NDIM]
     cdef int i
     cdef bint readonly = self._flags & FLAG_READ_ONLY
-    cdef bytearray copy
     cdef _Span span
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(
@@ -68,12 +72,13 @@ cdef object _reduce(DLPackObject self, int protocol):
         _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
-    if (hi - lo) // SPAN_MAX_RATIO > self.lay.nbytes:       # no overflow for huge views
+    if (hi - lo) - self.lay.nbytes > self.lay.nbytes // 2:  # both < 2**63; broadcasts: < 0
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        copy = bytearray(self.lay.nbytes + DATA_ALIGN - 1)
-        span.ptr = <char *>copy + (-<uintptr_t><char *>copy & (DATA_ALIGN - 1))
+        span.copy = _alloc_copy(<size_t>self.lay.nbytes + DATA_ALIGN - 1)
+        if span.copy == NULL:
+            raise MemoryError(f"pickle: cannot allocate {self.lay.nbytes} bytes for a copy")
+        span.ptr = <char *>span.copy + (-<uintptr_t>span.copy & (DATA_ALIGN - 1))
         _gather(span.ptr, <const char *>self.dl.data, self)
-        span.owner = copy
         lo, hi = 0, self.lay.nbytes
         _c_strides(self.dl.ndim, self.dl.shape, c_strides)
         strides = tuple([c_strides[i] for i in range(self.dl.ndim)])

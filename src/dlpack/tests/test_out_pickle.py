@@ -41,9 +41,11 @@ BASE = np.arange(24, dtype=np.float64).reshape(4, 6)
 ARRAYS = {
     "c": BASE,
     "fortran": BASE.T,
-    "negative": BASE[::-1, ::-2],
+    "negative": BASE[::-1, ::-1],
+    "negative gaps": BASE[::-1, :-1],
     "broadcast": np.broadcast_to(np.arange(3.0), (1000, 3)),
     "sparse": BASE[:, :1],
+    "every other": BASE[::-1, ::-2],
     "empty": np.zeros((0, 5), np.int32),
     "0-d": np.array(7, np.int16),
     "bool": np.array([True, False, True]),
@@ -64,21 +66,30 @@ def test_roundtrip(name, protocol, out_of_band):
     assert _elements(r) == _elements(dl)
     assert r.readonly == dl.readonly
     assert len(buffers) == (1 if out_of_band else 0)
-    if name != "sparse":
+    gathered = ("sparse", "every other", "float8")     # gaps over half the element bytes
+    if name not in gathered:
         assert r.strides == dl.strides      # the span travels with the strides as they are
-    if out_of_band and name not in ("sparse", "empty"):
+    if out_of_band and name not in (*gathered, "empty"):
         assert r.data_ptr == dl.data_ptr    # zero-copy: the buffer is the original memory
 
 
-def test_sparse_strided_view_travels_as_contiguous_copy():
-    """A view reaching over 2x its element bytes is gathered, not sent with the gaps."""
-    big = np.zeros((1000, 1000))
-    column = big[:, :1]
-    dl = asdlpack(column)
-    r, buffers = _roundtrip(dl, 5, True)
-    assert memoryview(buffers[0]).nbytes == column.nbytes
-    assert r.strides == (1, 1) and r.c_contiguous
-    np.testing.assert_array_equal(np.from_dlpack(r), column)
+@pytest.mark.parametrize("index", [np.s_[:, :1], np.s_[:, ::2], np.s_[::-1, 1::2]])
+def test_sparse_strided_view_travels_as_contiguous_copy(index):
+    """A view whose gaps exceed half its element bytes is gathered, not sent with them (§11)."""
+    big = np.arange(1000.0 * 1000).reshape(1000, 1000)
+    view = big[index]
+    r, buffers = _roundtrip(asdlpack(view), 5, True)
+    assert memoryview(buffers[0]).nbytes == view.nbytes
+    assert r.c_contiguous and r.strides == (view.shape[1], 1)
+    np.testing.assert_array_equal(np.from_dlpack(r), view)
+
+
+def test_view_with_small_gaps_travels_as_its_span():
+    big = np.arange(1000.0 * 1000).reshape(1000, 1000)
+    view = big[:, :-1]
+    dl = asdlpack(view)
+    r, _ = _roundtrip(dl, 5, True)
+    assert r.data_ptr == dl.data_ptr and r.strides == (1000, 1)
 
 
 def test_out_of_band_stream_is_metadata_only():
