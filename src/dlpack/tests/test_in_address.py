@@ -140,3 +140,65 @@ def test_cuda_device_asks_the_driver():
     """A CUDA address is checked by the driver: without one, a CudaError (a BufferError)."""
     with pytest.raises(BufferError):
         from_address(1 << 20, (4,), "float32", owner=None, device=(2, 0))
+
+
+def _liar_class(claims):
+    """A str subclass equal to everything and hashing as ``claims`` does."""
+
+    class Liar(str):
+        def __hash__(self):
+            return hash(claims)
+
+        def __eq__(self, other):
+            return True
+
+    return Liar
+
+
+def test_a_lying_str_subclass_names_its_own_characters_and_poisons_no_cache():
+    """§7: dtype names are looked up as exact str; caches keep no user class alive."""
+    buf = (ctypes.c_char * 256)()
+    liar = _liar_class("int8")
+    gone = weakref.ref(liar)
+    dl = from_address(ctypes.addressof(buf), (4,), liar("float32x4"), owner=buf)
+    assert (dl.dtype.name, dl.nbytes) == ("float32x4", 64)
+    del dl, liar
+    gc.collect()
+    assert gone() is None
+    dl = from_address(ctypes.addressof(buf), (4,), "int8", owner=buf)
+    assert (dl.dtype.name, dl.nbytes) == ("int8", 4)
+
+
+def test_a_dtype_with_lying_fields_is_read_as_ints():
+    class Lying(int):
+        def __lt__(self, other):
+            return True
+
+        def __ge__(self, other):
+            return True
+
+    buf = (ctypes.c_char * 64)()
+    d = DType(2, 32)
+    object.__setattr__(d, "bits", Lying(4096))
+    with pytest.raises(BufferError, match="bits below 256"):
+        from_address(ctypes.addressof(buf), (1,), d, owner=buf)
+    object.__setattr__(d, "bits", "32")
+    with pytest.raises(TypeError, match="not an int"):
+        from_address(ctypes.addressof(buf), (1,), d, owner=buf)
+
+
+@pytest.mark.parametrize("dtype", ["tuple", "raising"])
+def test_a_dtype_numpy_cannot_make_is_a_type_error(dtype):
+    """§2: what NumPy's dtype() raises (ValueError here) comes back as TypeError."""
+    np = lib("numpy")
+
+    class Raising:
+        @property
+        def dtype(self):
+            raise RuntimeError("no dtype today")
+
+    value = (np.int32, -1) if dtype == "tuple" else Raising()
+    buf = (ctypes.c_char * 64)()
+    with pytest.raises(TypeError, match="from_address: dtype") as e:
+        from_address(ctypes.addressof(buf), (1,), value, owner=buf)
+    assert ("ValueError" if dtype == "tuple" else "no dtype today") in str(e.value)

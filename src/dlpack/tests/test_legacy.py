@@ -215,3 +215,25 @@ def test_constants_and_helpers():
     assert deprecated(lambda: dlpack.PyBUF_RECORDS_RO) == 0x1C
     assert deprecated(lambda: dlpack._get_strides((4, 6, 5))) == (30, 5, 1)
     assert ctypes.sizeof(deprecated(lambda: dlpack.DLTensor)) == ctypes.sizeof(dlc.DLTensor)
+
+
+def test_capsule_names_are_kept_as_exact_bytes():
+    """§7: the table of capsule names (a capsule keeps only the char *) holds no user object:
+    a bytes subclass equal to every name cannot stand in for another."""
+    from dlpack import _legacy
+
+    class Liar(bytes):
+        def __bytes__(self):
+            return self
+
+        def __hash__(self):
+            return hash(b"dltensor")
+
+        def __eq__(self, other):
+            return True
+
+    got = _legacy._name(Liar(b"someone else's"))
+    assert type(got) is bytes and got == b"someone else's"
+    again = _legacy._name(b"dltensor")
+    assert type(again) is bytes and bytes.__eq__(again, b"dltensor")
+    assert all(type(k) is bytes for k in _legacy._NAMES)
