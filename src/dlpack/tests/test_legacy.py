@@ -91,6 +91,26 @@ def test_per_protocol_functions_use_the_checked_readers():
         dlpack.asdlpack_array_interface_v2(Raises())
 
 
+@pytest.mark.parametrize("name, protocol", [
+    ("asdlpack_dlpack", "__dlpack__"),
+    ("asdlpack_array_interface_v3", "__array_interface__"),
+    ("asdlpack_cuda_array_interface", "__cuda_array_interface__"),
+])
+def test_per_protocol_functions_wrap_a_raising_property_as_asdlpack_does(name, protocol):
+    """§7: the provider's own error comes back as BufferError "<protocol>: <type>: ..."."""
+    def broken(self):
+        raise RuntimeError("the property broke")
+
+    Provider = type("Provider", (), {protocol: property(broken)})
+    with pytest.raises(BufferError) as via_asdlpack:
+        asdlpack(Provider())
+    with pytest.warns(DeprecationWarning), pytest.raises(BufferError) as via_legacy:
+        getattr(dlpack, name)(Provider())
+    assert str(via_legacy.value) == str(via_asdlpack.value) == \
+        f"{protocol}: RuntimeError: the property broke"
+    assert isinstance(via_legacy.value.__cause__, RuntimeError)
+
+
 def test_impl_cls_chooses_the_plain_capsule():
     a = array.array("d", [1.0, 2.0])
     legacy = deprecated(lambda: asdlpack(a, impl_cls=dlc.DLManagedTensor), "impl_cls",
