@@ -101,6 +101,12 @@ cdef int _install_dlpack_method(type cls) except -1:
     return _add_method(cls, &_dlpack_def)
 
 
+cdef enum:      # __dlpack__'s copy, as _copy_arg reads it
+    COPY_IF_NEEDED = -1
+    COPY_NEVER = 0
+    COPY_ALWAYS = 1
+
+
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
     cdef bint versioned = self._plain_versioned
@@ -134,12 +140,13 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     cdef int32_t device_type = self.dl.device.device_type
     cdef DLDevice target = self.dl.device
     cdef void *block
+    cdef int want = _copy_arg(copy)
     if dl_device is not None:
-        _target(self, dl_device, copy, &target)
+        _target(self, dl_device, want, &target)
     if target.device_type == kDLCUDA and device_type != kDLCUDA:
         return _export_to_device(self, versioned, target.device_id, stream)
     moving = target.device_type != device_type
-    do_copy = _export_copy(self, versioned, copy, moving)
+    do_copy = _export_copy(self, versioned, want, moving)
     if device_type == kDLCPU and stream is None:
         pass                                            # the common case: nothing to arrange
     elif _cuda_kind(device_type):
@@ -172,13 +179,33 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     return 0
 
 
-cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint moving) except -1:
+cdef int _copy_arg(object copy) except -2:
+    """The one parser of __dlpack__'s copy (§4): COPY_IF_NEEDED for None, COPY_NEVER or
+    COPY_ALWAYS for a bool, NumPy's bool_ (by identity) or an int 0 or 1 (its value, taken
+    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it."""
+    if copy is None:
+        return COPY_IF_NEEDED
+    if copy is True:
+        return COPY_ALWAYS
+    if copy is False:
+        return COPY_NEVER
+    np = sys.modules.get("numpy")
+    if np is not None and type(copy) is getattr(np, "bool_", None):
+        return COPY_ALWAYS if copy else COPY_NEVER
+    if isinstance(copy, int):
+        value = PyNumber_Index(copy)
+        if value == 0 or value == 1:
+            return COPY_ALWAYS if value else COPY_NEVER
+    raise TypeError(f"__dlpack__: copy = {copy!r:.80} is not None, a bool or 0/1")
+
+
+cdef bint _export_copy(DLPackObject self, bint versioned, int want, bint moving) except -1:
     """Whether an export is a copy: asked for, a move to the host, or read-only data for a
     legacy consumer (which cannot see READ_ONLY: a private copy unless the user opted in)."""
-    cdef bint do_copy = moving or (copy is not None and bool(copy))
+    cdef bint do_copy = moving or want == COPY_ALWAYS
     if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
             and not self._legacy_readonly):
-        if copy is not None:
+        if want == COPY_NEVER:
             raise Refusal(
                 "__dlpack__: the data is read-only and this consumer asked for a legacy "
                 "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
@@ -193,7 +220,7 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
     return do_copy
 
 
-cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out) except -1:
+cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) except -1:
     """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU.
 
     dl_device is a tuple or list of two ints, read once from its own storage. The host is one
@@ -233,7 +260,7 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
                       f"{_device_name(here)} there (pydlpack copies between the host and "
                       "a GPU, not between GPUs)")
-    if copy is False:
+    if want == COPY_NEVER:
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
                       f"{_device_name(here)}, but copy=False")
     return 0
