@@ -202,3 +202,34 @@ def test_a_dtype_numpy_cannot_make_is_a_type_error(dtype):
     with pytest.raises(TypeError, match="from_address: dtype") as e:
         from_address(ctypes.addressof(buf), (1,), value, owner=buf)
     assert ("ValueError" if dtype == "tuple" else "no dtype today") in str(e.value)
+
+
+@pytest.mark.parametrize("shape, strides, words", [
+    ((600,), None, ["2376 bytes past the end", "bytearray, 24 bytes"]),
+    ((3,), (8,), ["44 bytes past the end", "strides are in elements, not bytes"]),
+    ((2,), (-1,), ["4 bytes before the start"]),
+])
+def test_the_span_must_fit_in_what_the_owner_exposes(shape, strides, words):
+    """§2: an owner with the buffer protocol bounds a view that starts in its memory."""
+    buf = bytearray(24)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    with pytest.raises(BufferError, match="from_address: the array") as e:
+        from_address(address, shape, "float32", owner=buf, strides=strides)
+    for word in words:
+        assert word in str(e.value), str(e.value)
+
+
+def test_views_inside_the_owner_are_accepted_and_other_owners_unchecked():
+    np = lib("numpy")
+    x = np.arange(10.0)[::-2]                   # a strided owner: its memory runs backwards
+    dl = from_address(x.ctypes.data, (5,), "float64", strides=(-2,), owner=x)
+    assert np.from_dlpack(dl).tolist() == [9.0, 7.0, 5.0, 3.0, 1.0]
+    with pytest.raises(BufferError, match="16 bytes before the start"):
+        from_address(x.ctypes.data, (6,), "float64", strides=(-2,), owner=x)
+    buf = (ctypes.c_float * 6)()
+    assert from_address(ctypes.addressof(buf) + 8, (2, 2), "float32", owner=buf).nbytes == 16
+    assert from_address(ctypes.addressof(buf), (0, 600), "float32", owner=buf).size == 0
+    # an owner that exposes no memory (or other memory): the address is the caller's promise
+    other = bytearray(4)
+    assert from_address(ctypes.addressof(buf), (6,), "float32", owner=(buf, other)).size == 6
+    assert from_address(ctypes.addressof(buf), (6,), "float32", owner=other).size == 6
