@@ -9,15 +9,39 @@ cdef extern from *:
     #else
     #define dlpk_attached() _PyThreadState_UncheckedGet()
     #endif
-    /* Whether this thread holds the GIL through its own (PyGILState) thread state: the test
-       PyGILState_Ensure makes first. Unlike PyGILState_Check, which answers 1 once a
-       subinterpreter has existed, it is never wrong; pointers are only compared. */
-    static inline int dlpk_holds_gil(void) {
-        PyThreadState *t = dlpk_attached();
-        return t != NULL && t == PyGILState_GetThisThreadState();
+    /* Drop a reference to an object of the main interpreter (where pydlpack lives: its module
+       loads in one interpreter) from any thread, attached to any interpreter or to none.
+       - attached to the main interpreter (the usual consumer; also the thread finalizing it):
+         its GIL is held, drop at once;
+       - attached to a subinterpreter (a consumer there holding that GIL): detach, take the
+         main interpreter's GIL with PyGILState_Ensure, drop, and re-attach. Ensure alone would
+         wait for a GIL this thread holds (3.11's shared one): the deadlock PyGILState_Check
+         and PyGILState_GetThisThreadState comparisons cannot see (they answer for the
+         main interpreter's thread state);
+       - attached to none: PyGILState_Ensure, as NumPy's deleter does.
+       While the runtime finalizes, a thread not attached to the main interpreter leaves the
+       reference (taking the GIL then would stop the thread for good); after, none touches
+       Python. Returns whether the reference was dropped. */
+    static int dlpk_drop_ref(PyObject *o) {
+        PyThreadState *t = dlpk_attached(), *saved = NULL;
+        PyGILState_STATE state;
+        if (t != NULL && PyThreadState_GetInterpreter(t) == PyInterpreterState_Main()) {
+            Py_DECREF(o);
+            return 1;
+        }
+        if (!Py_IsInitialized())
+            return 0;
+        if (t != NULL)
+            saved = PyEval_SaveThread();
+        state = PyGILState_Ensure();
+        Py_DECREF(o);
+        PyGILState_Release(state);
+        if (saved != NULL)
+            PyEval_RestoreThread(saved);
+        return 1;
     }
     """
-    int _holds_gil "dlpk_holds_gil"() nogil
+    int _drop_ref "dlpk_drop_ref"(PyObject *) nogil
 
 
 # -- producers' tensors we own ------------------------------------------------------------------
@@ -229,23 +253,10 @@ cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
 # -- deleters and the capsule destructors --------------------------------------------------------
 
 cdef void _drop_context(void *ctx) noexcept nogil:
-    """Release the DLPackObject an export holds, from any thread, GIL held or not (spec §4).
-
-    A thread that holds the GIL (the usual consumer; also the thread finalizing the
-    interpreter) drops it at once; any other takes the GIL first as NumPy's deleter does, with
-    PyGILState_Ensure (PyGILState_Check cannot tell: it answers 1 once a subinterpreter has
-    existed). While the interpreter finalizes another thread taking the GIL would be stopped
-    for good, and after shutdown none may: then the reference is left.
-    """
-    cdef PyGILState_STATE state
-    if ctx == NULL:
-        return
-    if _holds_gil():
-        _decref_held(<PyObject *>ctx)
-    elif Py_IsInitialized():
-        state = PyGILState_Ensure()
-        _decref_held(<PyObject *>ctx)
-        PyGILState_Release(state)
+    """Release the DLPackObject an export holds, from any thread of any interpreter, GIL held
+    or not, during or after shutdown (spec §4; how: dlpk_drop_ref above)."""
+    if ctx != NULL:
+        _drop_ref(<PyObject *>ctx)
 
 
 cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:
