@@ -62,6 +62,8 @@ VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
+POLL = 0.1             # seconds between looks at the worker while its channel is quiet
+GRACE = 2.0            # seconds to read what an exited worker wrote (a fork may keep it open)
 CAPSULE = type(datetime.datetime_CAPI)
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -811,8 +813,11 @@ def _worker(spec: str, start: int, state: dict) -> NoReturn:
     standard output; whatever else is printed goes to the parent's log."""
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
+    worker = os.getpid()
 
     def send(**message) -> None:
+        if os.getpid() != worker:   # a fork of the worker (inside __dlpack__) never reports:
+            os._exit(0)             # it ends where it would have, before a second result
         channel.write(json.dumps(message, ensure_ascii=False) + "\n")
         channel.flush()
 
@@ -889,13 +894,22 @@ def check_isolated(spec: str) -> Iterator[Result]:
             running: str | None = None
             timed_out = False
             scribbled: str | None = None    # a line the producer wrote into the channel
-            while True:
+            quiet = exited = 0.0    # seconds without a line; since the worker exited
+            while start < len(RULES):
                 try:
-                    line = lines.get(timeout=TIMEOUT)
+                    line = lines.get(timeout=POLL)
                 except queue.Empty:
-                    child.kill()
-                    timed_out = True
-                    break
+                    quiet += POLL
+                    if child.poll() is not None:
+                        exited += POLL      # what it wrote is read by now: a fork of it
+                        if exited >= GRACE:     # (a producer's pool) may hold the channel
+                            break
+                    elif quiet >= TIMEOUT:
+                        child.kill()
+                        timed_out = True
+                        break
+                    continue
+                quiet = 0.0
                 if line is None:
                     break
                 try:
@@ -920,7 +934,11 @@ def check_isolated(spec: str) -> Iterator[Result]:
                 state = message["state"]
                 start += 1
                 yield result
-            rc = child.wait()
+            try:            # every rule reported: the worker exits at once
+                rc = child.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                rc = child.wait()
             if start >= len(RULES):
                 return
             log.seek(0)
