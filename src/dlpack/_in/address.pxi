@@ -29,15 +29,7 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
     dev.device_id = 0
     if device is None:
         return dev
-    try:
-        dt, did = device
-        if type(dt) is bool or type(did) is bool:
-            raise TypeError
-        dt = PyNumber_Index(dt)
-        did = PyNumber_Index(did)
-    except (TypeError, ValueError):
-        raise TypeError(f"from_address: device = {device!r:.80} is not a (DLDeviceType, id) "
-                        "pair of ints, e.g. (dlpack.DLDeviceType.kDLCPU, 0)") from None
+    dt, did = _device_pair(device, "from_address: device")
     if dt not in _DEVICE_TYPES:
         raise Refusal(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
     if did < 0 or did > INT32_MAX:

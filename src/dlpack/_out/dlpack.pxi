@@ -228,23 +228,13 @@ cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) e
     other kDLCPU id names no device and is refused whatever copy says, as NumPy does.
     """
     cdef DLDevice here = self.dl.device
-    if PyTuple_Check(dl_device):
-        pair = PyTuple_GetSlice(dl_device, 0, PyTuple_GET_SIZE(dl_device))
-    elif PyList_Check(dl_device):
-        pair = PyList_GetSlice(dl_device, 0, PyList_GET_SIZE(dl_device))
-    else:
-        pair = None
+    dt, did = _device_pair(dl_device, "__dlpack__: dl_device")
     try:
-        if pair is None or len(pair) != 2:
-            raise TypeError
-        dt, did = pair
-        if type(dt) is bool or type(did) is bool:
-            raise TypeError
-        out.device_type = PyNumber_Index(dt)
-        out.device_id = PyNumber_Index(did)
-    except (TypeError, ValueError, OverflowError):
-        raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
-                        "(device_type, device_id) tuple or list of two ints") from None
+        out.device_type = dt
+        out.device_id = did
+    except OverflowError:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r:.80} names no device (a value "
+                      "beyond 32 bits)") from None
     if out.device_type == kDLCPU and out.device_id != 0:
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
                       f"({kDLCPU}, 0); no other kDLCPU id names a device")

@@ -233,3 +233,20 @@ def test_views_inside_the_owner_are_accepted_and_other_owners_unchecked():
     other = bytearray(4)
     assert from_address(ctypes.addressof(buf), (6,), "float32", owner=(buf, other)).size == 6
     assert from_address(ctypes.addressof(buf), (6,), "float32", owner=other).size == 6
+
+
+def test_device_is_read_by_the_one_pair_reader_of_dl_device():
+    """§2, §4: device, like __dlpack__'s dl_device, is a tuple or list read from its own
+    storage (a subclass's __iter__ does not run); other iterables are a TypeError."""
+    lying = type("LyingTuple", (tuple,), {"__iter__": lambda self: iter((2, 0)),
+                                          "__len__": lambda self: 2})
+    buf = (ctypes.c_float * 2)()
+    dl = from_address(ctypes.addressof(buf), (2,), "float32", owner=buf, device=lying((1, 0)))
+    assert dl.device == (1, 0)
+    for bad in (iter((1, 0)), (1, 0, 0), (True, 0), "cpu"):
+        with pytest.raises(TypeError, match=r"from_address: device = .* tuple or list"):
+            from_address(ctypes.addressof(buf), (2,), "float32", owner=buf, device=bad)
+    with pytest.raises(TypeError, match=r"__dlpack__: dl_device = .* tuple or list"):
+        dl.__dlpack__(dl_device=iter((1, 0)))
+    with pytest.raises(BufferError, match="names no device"):
+        dl.__dlpack__(dl_device=(1, 2**40))
