@@ -9,7 +9,7 @@ from cpython.buffer cimport (
     PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
-from cpython.exc cimport PyErr_Occurred, PyErr_SetString
+from cpython.exc cimport PyErr_Occurred
 from cpython.list cimport PyList_AsTuple, PyList_Check, PyList_GET_SIZE, PyList_GetSlice
 from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport (

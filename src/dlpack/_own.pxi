@@ -40,8 +40,23 @@ cdef extern from *:
             PyEval_RestoreThread(saved);
         return 1;
     }
+    /* Set a Python error for the caller of a C entry point that may run without the GIL: in
+       the thread state attached to this thread, whichever interpreter's it is (taking the GIL
+       with PyGILState_Ensure there would wait for a GIL the thread holds); with
+       PyGILState_Ensure when none is attached. */
+    static void dlpk_set_error(PyObject *type, const char *message) {
+        PyGILState_STATE state;
+        if (dlpk_attached() != NULL) {
+            PyErr_SetString(type, message);
+            return;
+        }
+        state = PyGILState_Ensure();
+        PyErr_SetString(type, message);
+        PyGILState_Release(state);
+    }
     """
     int _drop_ref "dlpk_drop_ref"(PyObject *) nogil
+    void _set_error_any_thread "dlpk_set_error"(PyObject *, const char *) nogil
 
 
 # -- producers' tensors we own ------------------------------------------------------------------

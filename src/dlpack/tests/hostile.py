@@ -2932,6 +2932,26 @@ def _release_in_subinterpreter(kind: str) -> bool:
     return gone() is None
 
 
+def _stream_null_in_subinterpreter() -> bool:
+    """A subinterpreter, holding its GIL, calls the exchange API's current_work_stream with a
+    NULL output: True when the TypeError reaches it there (a deadlock times out)."""
+    interpreters = importlib.import_module(_SUBINTERPRETERS)
+    from dlpack import DLPackObject
+
+    api = _dlc().exchange_api(DLPackObject)
+    stream = ctypes.cast(api.current_work_stream, ctypes.c_void_p).value
+    interp = interpreters.create()
+    try:
+        interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
+                                "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
+                                f"({stream})(1, 0, None)\n")
+    except Exception as e:
+        return "output pointer is NULL" in str(e)
+    finally:
+        interpreters.destroy(interp)
+    return False
+
+
 def _register_third_round() -> None:
     g = "third-round"
     buf = bytearray(24)
@@ -3004,6 +3024,8 @@ def _register_third_round() -> None:
     for kind in ("versioned", "legacy", "arrow"):
         add("third-round-subinterpreter", f"{kind}-release-holding-its-gil",
             lambda k=kind: _release_in_subinterpreter(k), Gives(True), needs=[_SUBINTERPRETERS])
+    add("third-round-subinterpreter", "stream-null-output-holding-its-gil",
+        _stream_null_in_subinterpreter, Gives(True), needs=[_SUBINTERPRETERS])
     for kind in ("string", "resource"):
         add("third-round-tensorflow", f"tensorflow-{kind}-tensor", tf_tensor(kind),
             buffer_error(f"TensorFlow cannot export a {kind} tensor"), needs=["tensorflow"])

@@ -194,13 +194,27 @@ for kind in ("versioned", "legacy", "arrow"):
                        if threads else call + "\n"))
             run_in_subinterpreter(code, threads)
             assert gone() is None, (kind, holds_gil, threads)
+# The exchange API reports a NULL output in the caller's interpreter, holding its GIL.
+from dlpack import DLPackObject
+stream = ctypes.cast(dlc.exchange_api(DLPackObject).current_work_stream, ctypes.c_void_p).value
+run_in_subinterpreter(f'''if True:
+    import ctypes
+    try:
+        ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)(
+            {stream})(1, 0, None)
+    except TypeError as e:
+        assert "output pointer is NULL" in str(e), e
+    else:
+        raise AssertionError("no error reported")
+''', False)
 print("ok")
 """
 
 
 def test_deleters_and_arrow_releases_called_from_a_subinterpreter():
     """§4: a subinterpreter (holding its GIL, or not; its main thread or one of its own) calls
-    a main-interpreter export's deleter or Arrow release: the view is released, no deadlock
+    a main-interpreter export's deleter or Arrow release: the view is released, no deadlock;
+    the exchange API's error report reaches the subinterpreter's caller
     (the "holds the GIL" test once compared with the main interpreter's thread state). In a
     child with a timeout, so a deadlock fails the test instead of hanging it."""
     name = next((m for m in ("_interpreters", "_xxsubinterpreters")
@@ -214,7 +228,7 @@ def test_deleters_and_arrow_releases_called_from_a_subinterpreter():
         run = subprocess.run([sys.executable, "-c", _SUBINTERPRETER_RELEASES, name],
                              capture_output=True, text=True, timeout=120, env=env)
     except subprocess.TimeoutExpired:
-        pytest.fail("a deleter or release called from a subinterpreter deadlocked")
+        pytest.fail("a deleter, release or exchange-API call from a subinterpreter deadlocked")
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
 
 
