@@ -11,31 +11,52 @@ cdef extern from *:
     #endif
     /* Drop a reference to an object of the main interpreter (where pydlpack lives: its module
        loads in one interpreter) from any thread, attached to any interpreter or to none.
-       - attached to the main interpreter (the usual consumer; also the thread finalizing it):
-         its GIL is held, drop at once;
-       - attached to a subinterpreter (a consumer there holding that GIL): detach, take the
-         main interpreter's GIL with PyGILState_Ensure, drop, and re-attach. Ensure alone would
-         wait for a GIL this thread holds (3.11's shared one): the deadlock PyGILState_Check
-         and PyGILState_GetThisThreadState comparisons cannot see (they answer for the
-         main interpreter's thread state);
-       - attached to none: PyGILState_Ensure, as NumPy's deleter does.
-       While the runtime finalizes, a thread not attached to the main interpreter leaves the
-       reference (taking the GIL then would stop the thread for good); after, none touches
-       Python. Returns whether the reference was dropped. */
-    static int dlpk_drop_ref(PyObject *o) {
-        PyThreadState *t = dlpk_attached(), *saved = NULL;
+       - attached to the main interpreter (the usual consumer; also the thread finalizing it,
+         asked first through its own PyGILState thread state, which is alive while a thread
+         state that outlived Py_FinalizeEx is not): its GIL is held, drop at once;
+       - attached to a subinterpreter (a consumer there holding that GIL): detach, drop with a
+         main-interpreter thread state (dlpk_decref_in_main), re-attach. PyGILState_Ensure
+         alone would wait for a GIL this thread holds (3.11's shared one): the deadlock that
+         PyGILState_Check and comparisons with PyGILState_GetThisThreadState cannot see;
+       - attached to none: the same, as NumPy's deleter does.
+       While the runtime finalizes, any other thread leaves the reference (taking the GIL
+       then would stop the thread for good); after, none touches Python. Returns whether the
+       reference was dropped. */
+    static void dlpk_decref_in_main(PyObject *o) {
+        PyInterpreterState *main_interp = PyInterpreterState_Main();
+        PyThreadState *own = PyGILState_GetThisThreadState(), *tmp;
         PyGILState_STATE state;
-        if (t != NULL && PyThreadState_GetInterpreter(t) == PyInterpreterState_Main()) {
+        if (own == NULL || PyThreadState_GetInterpreter(own) == main_interp) {
+            state = PyGILState_Ensure();
+            Py_DECREF(o);
+            PyGILState_Release(state);
+            return;
+        }
+        /* this thread's PyGILState thread state is a subinterpreter's: one of the main
+           interpreter's, for this call only */
+        tmp = PyThreadState_New(main_interp);
+        PyEval_RestoreThread(tmp);
+        Py_DECREF(o);
+        PyThreadState_Clear(tmp);
+        PyThreadState_DeleteCurrent();
+    }
+    static int dlpk_drop_ref(PyObject *o) {
+        PyInterpreterState *main_interp = PyInterpreterState_Main();
+        PyThreadState *t = dlpk_attached(), *saved = NULL;
+        if (t != NULL && t == PyGILState_GetThisThreadState()
+                && PyThreadState_GetInterpreter(t) == main_interp) {
             Py_DECREF(o);
             return 1;
         }
         if (!Py_IsInitialized())
             return 0;
+        if (t != NULL && PyThreadState_GetInterpreter(t) == main_interp) {
+            Py_DECREF(o);
+            return 1;
+        }
         if (t != NULL)
             saved = PyEval_SaveThread();
-        state = PyGILState_Ensure();
-        Py_DECREF(o);
-        PyGILState_Release(state);
+        dlpk_decref_in_main(o);
         if (saved != NULL)
             PyEval_RestoreThread(saved);
         return 1;
