@@ -66,7 +66,7 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
             end = start + view.len
         elif view.len > 0:
             for i in range(view.ndim):
-                step = (view.shape[i] - 1) * view.strides[i]
+                step = (<object>view.shape[i] - 1) * <object>view.strides[i]   # no C overflow
                 if step < 0:
                     start += step
                 else:

@@ -40,6 +40,7 @@ import sysconfig
 import tempfile
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
@@ -894,22 +895,24 @@ def check_isolated(spec: str) -> Iterator[Result]:
             running: str | None = None
             timed_out = False
             scribbled: str | None = None    # a line the producer wrote into the channel
-            quiet = exited = 0.0    # seconds without a line; since the worker exited
+            last = time.monotonic()     # when the last line came
+            exited: float | None = None     # when the worker was seen gone
             while start < len(RULES):
                 try:
                     line = lines.get(timeout=POLL)
                 except queue.Empty:
-                    quiet += POLL
-                    if child.poll() is not None:
-                        exited += POLL      # what it wrote is read by now: a fork of it
-                        if exited >= GRACE:     # (a producer's pool) may hold the channel
-                            break
-                    elif quiet >= TIMEOUT:
+                    now = time.monotonic()
+                    if exited is None and child.poll() is not None:
+                        exited = now
+                    if exited is not None:
+                        if now - exited >= GRACE:   # what it wrote is read by now; a fork of
+                            break                   # it (a producer's pool) may hold the pipe
+                    elif now - last >= TIMEOUT:
                         child.kill()
                         timed_out = True
                         break
                     continue
-                quiet = 0.0
+                last = time.monotonic()
                 if line is None:
                     break
                 try:
