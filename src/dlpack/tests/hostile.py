@@ -2903,10 +2903,27 @@ def _liar_str(claims: str) -> type:
                                  "__eq__": lambda self, other: True})
 
 
+def _ctypes_subinterpreter():
+    """(module, id) of a new subinterpreter that can import ctypes: the default kind, else a
+    legacy one (3.12 and later make isolated ones by default)."""
+    interpreters = importlib.import_module(_SUBINTERPRETERS)
+    for config in ({}, {"isolated": False}, "legacy"):
+        try:
+            interp = (interpreters.create(**config) if isinstance(config, dict)
+                      else interpreters.create(config))
+        except (TypeError, ValueError):
+            continue
+        try:
+            interpreters.run_string(interp, "import ctypes")
+            return interpreters, interp
+        except Exception:
+            interpreters.destroy(interp)
+    raise RuntimeError("no subinterpreter here can import ctypes")
+
+
 def _release_in_subinterpreter(kind: str) -> bool:
     """A subinterpreter, holding its GIL (ctypes.PYFUNCTYPE), calls a main-interpreter export's
     deleter or Arrow release; True when the view was released (a deadlock times out)."""
-    interpreters = importlib.import_module(_SUBINTERPRETERS)
     from dlpack import asdlpack
 
     dl = asdlpack(bytearray(b"abcdefgh"))
@@ -2923,7 +2940,7 @@ def _release_in_subinterpreter(kind: str) -> bool:
         address = ctypes.cast(p, ctypes.c_void_p).value
         release = ctypes.cast(p.contents.deleter, ctypes.c_void_p).value
     del dl
-    interp = interpreters.create()
+    interpreters, interp = _ctypes_subinterpreter()
     try:
         interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(None, ctypes.c_void_p)"
                                         f"({release})({address})\n")
@@ -2935,12 +2952,11 @@ def _release_in_subinterpreter(kind: str) -> bool:
 def _stream_null_in_subinterpreter() -> bool:
     """A subinterpreter, holding its GIL, calls the exchange API's current_work_stream with a
     NULL output: True when the TypeError reaches it there (a deadlock times out)."""
-    interpreters = importlib.import_module(_SUBINTERPRETERS)
     from dlpack import DLPackObject
 
     api = _dlc().exchange_api(DLPackObject)
     stream = ctypes.cast(api.current_work_stream, ctypes.c_void_p).value
-    interp = interpreters.create()
+    interpreters, interp = _ctypes_subinterpreter()
     try:
         interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
                                 "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"

@@ -156,21 +156,26 @@ get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 
 
 def run_in_subinterpreter(code, threads):
-    configs = [{"isolated": False}, "legacy"] if threads else [{}, {"isolated": False}, "legacy"]
-    for config in configs:              # the first this Python takes that can run the code
+    # in the first kind of subinterpreter this Python makes that can import ctypes (and start
+    # a thread, when asked: 3.11 and 3.12 spell that isolated=False, 3.13 "legacy")
+    probe = "import ctypes, threading\n" + (
+        "t = threading.Thread(target=int)\nt.start()\nt.join()\n" if threads else "")
+    for config in ({}, {"isolated": False}, "legacy"):
         try:
             interp = (interpreters.create(**config) if isinstance(config, dict)
                       else interpreters.create(config))
-        except TypeError:
+        except (TypeError, ValueError):
             continue
         try:
+            try:
+                interpreters.run_string(interp, probe)
+            except Exception:
+                continue
             interpreters.run_string(interp, code)
             return
-        except Exception as e:
-            error = e
         finally:
             interpreters.destroy(interp)
-    raise error
+    raise RuntimeError(f"no subinterpreter here can run {probe!r}")
 
 
 for kind in ("versioned", "legacy", "arrow"):
