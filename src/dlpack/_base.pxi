@@ -300,3 +300,26 @@ cdef str _ml_name(object obj, str typestr):
         _ml_module = ml
     hit = _ml_types.get(id(scalar))
     return hit[1] if hit is not None and hit[0] is scalar else None
+
+
+cdef tuple _device_pair(object value, str what):
+    """The one reader of a (device_type, device_id) pair (__dlpack__'s dl_device, from_address's
+    device): a tuple or list (subclasses too) of two ints (NumPy's too, by __index__), read once
+    from its own storage (no __iter__ or __len__ runs); anything else, bools and floats
+    included, is a TypeError naming `what` and the value."""
+    if PyTuple_Check(value):
+        pair = PyTuple_GetSlice(value, 0, PyTuple_GET_SIZE(value))
+    elif PyList_Check(value):
+        pair = PyList_GetSlice(value, 0, PyList_GET_SIZE(value))
+    else:
+        pair = None
+    try:
+        if pair is None or len(pair) != 2:
+            raise TypeError
+        dt, did = pair
+        if type(dt) is bool or type(did) is bool:
+            raise TypeError
+        return PyNumber_Index(dt), PyNumber_Index(did)
+    except TypeError:
+        raise TypeError(f"{what} = {value!r:.80} is not a (device_type, device_id) tuple or "
+                        "list of two ints, e.g. (dlpack.DLDeviceType.kDLCPU, 0)") from None

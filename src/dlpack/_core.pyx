@@ -673,15 +673,21 @@ def _asdlpack_via(obj, str protocol, bint versioned=False):
     per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's impl_cls asked."""
     cdef DLPackObject r
     value = _MISSING
-    if protocol == "__dlpack__":
-        present = getattr(obj, "__dlpack__", None) is not None
-    elif protocol == "buffer protocol":
-        present = PyObject_CheckBuffer(obj)
-    elif protocol == "__array_interface__" or protocol == "__cuda_array_interface__":
-        value = getattr(obj, protocol, _MISSING)
-        present = value is not _MISSING and value is not None
-    else:
+    if protocol not in ("__dlpack__", "buffer protocol", "__array_interface__",
+                        "__cuda_array_interface__"):
         raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
+    try:            # a provider's raising property is wrapped as asdlpack wraps it (§7)
+        if protocol == "__dlpack__":
+            present = getattr(obj, "__dlpack__", None) is not None
+        elif protocol == "buffer protocol":
+            present = PyObject_CheckBuffer(obj)
+        else:
+            value = getattr(obj, protocol, _MISSING)
+            present = value is not _MISSING and value is not None
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _as_refusal(protocol, e)
     if not present:
         raise TypeError(f"{protocol}: {type(obj).__module__}.{type(obj).__qualname__} object "
                         f"does not speak it; dlpack.asdlpack(obj) tries every protocol")

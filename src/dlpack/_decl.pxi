@@ -9,7 +9,7 @@ from cpython.buffer cimport (
     PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
-from cpython.exc cimport PyErr_Occurred, PyErr_SetString, PyErr_WriteUnraisable
+from cpython.exc cimport PyErr_Occurred, PyErr_WriteUnraisable
 from cpython.list cimport PyList_AsTuple, PyList_Check, PyList_GET_SIZE, PyList_GetSlice
 from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport (
@@ -62,13 +62,8 @@ cdef extern from "Python.h":
         Py_ssize_t *shape
         Py_ssize_t *strides
         Py_ssize_t *suboffsets
-    int Py_IsInitialized() nogil
     enum:
         Py_TPFLAGS_HEAPTYPE
-    ctypedef int PyGILState_STATE
-    PyGILState_STATE PyGILState_Ensure() nogil
-    void PyGILState_Release(PyGILState_STATE) nogil
-    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
     # PyCapsule_GetPointer without Cython's error check: only called on a name just validated

@@ -176,7 +176,9 @@ _NAMES: dict[bytes, bytes] = {}        # a capsule keeps only the char *: names 
 def _name(name: str | bytes | None) -> bytes | None:
     if name is None:
         return None
-    b = name.encode() if isinstance(name, str) else bytes(name)
+    b = str.encode(name) if isinstance(name, str) else bytes(name)
+    if type(b) is not bytes:        # the table keeps exact bytes: no subclass's __eq__ or class
+        b = bytes(memoryview(b))
     return _NAMES.setdefault(b, b)
 
 

@@ -9,15 +9,75 @@ cdef extern from *:
     #else
     #define dlpk_attached() _PyThreadState_UncheckedGet()
     #endif
-    /* Whether this thread holds the GIL through its own (PyGILState) thread state: the test
-       PyGILState_Ensure makes first. Unlike PyGILState_Check, which answers 1 once a
-       subinterpreter has existed, it is never wrong; pointers are only compared. */
-    static inline int dlpk_holds_gil(void) {
-        PyThreadState *t = dlpk_attached();
-        return t != NULL && t == PyGILState_GetThisThreadState();
+    /* Drop a reference to an object of the main interpreter (where pydlpack lives: its module
+       loads in one interpreter) from any thread, attached to any interpreter or to none.
+       - attached to the main interpreter (the usual consumer; also the thread finalizing it,
+         asked first through its own PyGILState thread state, which is alive while a thread
+         state that outlived Py_FinalizeEx is not): its GIL is held, drop at once;
+       - attached to a subinterpreter (a consumer there holding that GIL): detach, drop with a
+         main-interpreter thread state (dlpk_decref_in_main), re-attach. PyGILState_Ensure
+         alone would wait for a GIL this thread holds (3.11's shared one): the deadlock that
+         PyGILState_Check and comparisons with PyGILState_GetThisThreadState cannot see;
+       - attached to none: the same, as NumPy's deleter does.
+       While the runtime finalizes, any other thread leaves the reference (taking the GIL
+       then would stop the thread for good); after, none touches Python. Returns whether the
+       reference was dropped. */
+    static void dlpk_decref_in_main(PyObject *o) {
+        PyInterpreterState *main_interp = PyInterpreterState_Main();
+        PyThreadState *own = PyGILState_GetThisThreadState(), *tmp;
+        PyGILState_STATE state;
+        if (own == NULL || PyThreadState_GetInterpreter(own) == main_interp) {
+            state = PyGILState_Ensure();
+            Py_DECREF(o);
+            PyGILState_Release(state);
+            return;
+        }
+        /* this thread's PyGILState thread state is a subinterpreter's: one of the main
+           interpreter's, for this call only */
+        tmp = PyThreadState_New(main_interp);
+        PyEval_RestoreThread(tmp);
+        Py_DECREF(o);
+        PyThreadState_Clear(tmp);
+        PyThreadState_DeleteCurrent();
+    }
+    static int dlpk_drop_ref(PyObject *o) {
+        PyInterpreterState *main_interp = PyInterpreterState_Main();
+        PyThreadState *t = dlpk_attached(), *saved = NULL;
+        if (t != NULL && t == PyGILState_GetThisThreadState()
+                && PyThreadState_GetInterpreter(t) == main_interp) {
+            Py_DECREF(o);
+            return 1;
+        }
+        if (!Py_IsInitialized())
+            return 0;
+        if (t != NULL && PyThreadState_GetInterpreter(t) == main_interp) {
+            Py_DECREF(o);
+            return 1;
+        }
+        if (t != NULL)
+            saved = PyEval_SaveThread();
+        dlpk_decref_in_main(o);
+        if (saved != NULL)
+            PyEval_RestoreThread(saved);
+        return 1;
+    }
+    /* Set a Python error for the caller of a C entry point that may run without the GIL: in
+       the thread state attached to this thread, whichever interpreter's it is (taking the GIL
+       with PyGILState_Ensure there would wait for a GIL the thread holds); with
+       PyGILState_Ensure when none is attached. */
+    static void dlpk_set_error(PyObject *type, const char *message) {
+        PyGILState_STATE state;
+        if (dlpk_attached() != NULL) {
+            PyErr_SetString(type, message);
+            return;
+        }
+        state = PyGILState_Ensure();
+        PyErr_SetString(type, message);
+        PyGILState_Release(state);
     }
     """
-    int _holds_gil "dlpk_holds_gil"() nogil
+    int _drop_ref "dlpk_drop_ref"(PyObject *) nogil
+    void _set_error_any_thread "dlpk_set_error"(PyObject *, const char *) nogil
 
 
 # -- foreign callbacks: one wrapper for every one pydlpack runs ----------------------------------
@@ -248,23 +308,10 @@ cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
 # -- deleters and the capsule destructors --------------------------------------------------------
 
 cdef void _drop_context(void *ctx) noexcept nogil:
-    """Release the DLPackObject an export holds, from any thread, GIL held or not (spec §4).
-
-    A thread that holds the GIL (the usual consumer; also the thread finalizing the
-    interpreter) drops it at once; any other takes the GIL first as NumPy's deleter does, with
-    PyGILState_Ensure (PyGILState_Check cannot tell: it answers 1 once a subinterpreter has
-    existed). While the interpreter finalizes another thread taking the GIL would be stopped
-    for good, and after shutdown none may: then the reference is left.
-    """
-    cdef PyGILState_STATE state
-    if ctx == NULL:
-        return
-    if _holds_gil():
-        _decref_held(<PyObject *>ctx)
-    elif Py_IsInitialized():
-        state = PyGILState_Ensure()
-        _decref_held(<PyObject *>ctx)
-        PyGILState_Release(state)
+    """Release the DLPackObject an export holds, from any thread of any interpreter, GIL held
+    or not, during or after shutdown (spec §4; how: dlpk_drop_ref above)."""
+    if ctx != NULL:
+        _drop_ref(<PyObject *>ctx)
 
 
 cdef void _versioned_deleter(DLManagedTensorVersioned *m) noexcept nogil:

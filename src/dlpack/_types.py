@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 import sys
 from functools import lru_cache
 from typing import TypeVar
@@ -287,19 +288,29 @@ def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
     for names DLPack has no type for.
     """
     if isinstance(value, DType):
-        if (value.code not in DLDataTypeCode.__members__.values() or not 0 <= value.bits < 256
-                or not 0 <= value.lanes < 65536):
+        try:            # exact ints: a subclass's fields (or their comparisons) cannot lie
+            code, bits, lanes = (operator.index(f) for f in (value.code, value.bits, value.lanes))
+        except TypeError:
+            raise TypeError(f"{protocol}: dtype = {value!r:.80} has a field that is not an "
+                            "int") from None
+        if code not in _CODES or not 0 <= bits < 256 or not 0 <= lanes < 65536:
             raise Refusal(f"{protocol}: dtype = {value!r} is not a DLPack type (code "
                           "0 to 17, bits below 256, lanes below 65536)")
-        return int(value.code), value.bits, value.lanes, 0
+        return code, bits, lanes, 0
     if isinstance(value, str):
-        return (*_named(protocol, value), 0)
+        # Looked up as an exact str: a subclass's __hash__ and __eq__ would poison the cache
+        # (and the cache would keep its class alive); str.__str__ gives its characters.
+        return (*_named(protocol, value if type(value) is str else str.__str__(value)), 0)
     np = sys.modules.get("numpy")
     if np is not None:
         try:
             dt = np.dtype(value)
         except TypeError:
             dt = None
+        except Exception as e:      # (np.int32, -1), or a .dtype attribute that raised
+            raise TypeError(f"{protocol}: dtype = {value!r:.80} is not a dtype NumPy can "
+                            f"make ({type(e).__name__}: {e}); pass a type name such as "
+                            "'float32', a dlpack.DType or a NumPy dtype") from None
         if dt is not None:
             if dt.byteorder not in "=|" and dt.byteorder != NATIVE:
                 raise Refusal(f"{protocol}: dtype = {dt!r} is non-native byte order; "
@@ -309,6 +320,9 @@ def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
             return code, bits, lanes, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if padded else 0
     raise TypeError(f"{protocol}: dtype = {value!r:.80} is not a type name such as 'float32', a "
                     "dlpack.DType or a NumPy dtype")
+
+
+_CODES = frozenset(int(c) for c in DLDataTypeCode)
 
 
 @lru_cache(maxsize=256)

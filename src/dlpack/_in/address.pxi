@@ -29,15 +29,7 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
     dev.device_id = 0
     if device is None:
         return dev
-    try:
-        dt, did = device
-        if type(dt) is bool or type(did) is bool:
-            raise TypeError
-        dt = PyNumber_Index(dt)
-        did = PyNumber_Index(did)
-    except (TypeError, ValueError):
-        raise TypeError(f"from_address: device = {device!r:.80} is not a (DLDeviceType, id) "
-                        "pair of ints, e.g. (dlpack.DLDeviceType.kDLCPU, 0)") from None
+    dt, did = _device_pair(device, "from_address: device")
     if dt not in _DEVICE_TYPES:
         raise Refusal(f"from_address: device = {device!r:.80}: {dt} is not a DLDeviceType")
     if did < 0 or did > INT32_MAX:
@@ -53,6 +45,51 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
     return dev
 
 
+cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
+    """Where owner exposes the buffer protocol and the address lies in the memory it exposes
+    (its first byte to one past its last), the elements described must fit in it (§2). An
+    owner that exposes nothing (or other memory) leaves the address the caller's promise."""
+    cdef Py_buffer view
+    cdef int64_t lo = 0, hi = r.lay.nbytes
+    cdef Py_ssize_t i
+    if r.lay.count == 0 or owner is None or not PyObject_CheckBuffer(owner):
+        return 0
+    try:
+        PyObject_GetBuffer(owner, &view, PyBUF_FULL_RO)
+    except Exception:
+        return 0
+    try:
+        if view.suboffsets != NULL:
+            return 0                    # indirect (PIL-style): no one range of memory
+        start = end = <uintptr_t>view.buf
+        if view.len > 0 and view.strides == NULL:
+            end = start + view.len
+        elif view.len > 0:
+            for i in range(view.ndim):
+                step = (<object>view.shape[i] - 1) * <object>view.strides[i]   # no C overflow
+                if step < 0:
+                    start += step
+                else:
+                    end += step
+            end += view.itemsize
+        what = f"({type(owner).__name__}, {end - start} bytes at {start:#x})"
+    finally:
+        PyBuffer_Release(&view)
+    a = <uintptr_t>r.dl.data
+    if not start <= a <= end:
+        return 0
+    if not r.lay.c_contig:
+        _span(r, &lo, &hi)
+    if a + lo < start or a + hi > end:
+        over = (f"{a + hi - end} bytes past the end" if a + hi > end
+                else f"{start - a - lo} bytes before the start")
+        raise Refusal(f"from_address: the array (shape {r.shape}, strides {r.strides} "
+                      f"elements of {r.lay.itemsize} bytes) spans bytes {lo} to {hi} from "
+                      f"address {a:#x}: {over} of the memory owner exposes {what}"
+                      + ("; strides are in elements, not bytes" if strided else ""))
+    return 0
+
+
 def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=False,
                  device=None):
     """A ``DLPackObject`` over memory you describe, without copying: a C buffer, say.
@@ -63,8 +100,9 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     object that frees the memory when it dies (``None`` only for memory that is never freed).
     ``strides`` are in elements (C-contiguous when omitted); ``readonly=True`` makes every
     consumer see immutable data; ``device`` is ``(DLDeviceType, id)``, the host by default.
-    Shape, strides and dtype are checked as every protocol's are (docs/spec.md §2, §7); the
-    address itself is your promise.
+    Shape, strides and dtype are checked as every protocol's are (docs/spec.md §2, §7); when
+    ``owner`` exposes the buffer protocol and the address lies in its memory, the elements must
+    fit in it; otherwise the address is your promise.
     """
     cdef DLPackObject r
     cdef Py_ssize_t i, n
@@ -92,4 +130,5 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
             r.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
     r._base = owner
     r._validate(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
+    _within_owner(r, owner, strides_t is not None)
     return r

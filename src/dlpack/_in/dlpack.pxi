@@ -33,8 +33,42 @@ cdef str _capsule_name_refusal(const char *name):
     return f"DLPack capsule: name {shown} is not 'dltensor' or 'dltensor_versioned'"
 
 
+cdef object _tf_eager = None           # tensorflow's EagerTensor, once tensorflow is imported
+cdef object _tf_datatype_enum = None   # its own _datatype_enum (an instance cannot stand in)
+# TensorFlow dtypes its __dlpack__ aborts the process on (Check failed: DataTypeCanUseMemcpy).
+cdef dict _TF_UNEXPORTABLE = {
+    7: "a string tensor (variable-length strings, not fixed-size elements); encode it first, "
+       "e.g. tf.io.decode_raw or tf.strings.unicode_decode",
+    20: "a resource tensor (a handle, not data); read the variable's value first",
+    21: "a variant tensor (a handle, not data)",
+}
+
+
+cdef int _refuse_known(object obj) except -1:
+    """Refuse, before calling it, what a known producer's __dlpack__ cannot export and aborts
+    the interpreter on (TensorFlow's string, resource and variant tensors), as _from_torch
+    refuses what torch's export gets wrong. Types by identity, the dtype by the type's own
+    method."""
+    global _tf_eager, _tf_datatype_enum
+    if _tf_eager is None:
+        ops = sys.modules.get("tensorflow.python.framework.ops")
+        eager = getattr(ops, "EagerTensor", None) if ops is not None else None
+        method = getattr(eager, "_datatype_enum", None) if isinstance(eager, type) else None
+        if method is None:
+            return 0
+        _tf_datatype_enum = method
+        _tf_eager = eager
+    if isinstance(obj, _tf_eager):
+        why = _TF_UNEXPORTABLE.get(_tf_datatype_enum(obj))
+        if why is not None:
+            raise Refusal(f"__dlpack__: TensorFlow cannot export {why} (its own __dlpack__ "
+                          "would abort the process, so pydlpack does not call it)")
+    return 0
+
+
 cdef object _call_dlpack(object obj, object stream):
     """obj.__dlpack__ asking for a versioned capsule; older producers get fewer keywords."""
+    _refuse_known(obj)
     meth = obj.__dlpack__
     try:
         if stream is None:

@@ -100,6 +100,12 @@ cdef int _install_dlpack_method(type cls) except -1:
     return _add_method(cls, &_dlpack_def)
 
 
+cdef enum:      # __dlpack__'s copy, as _copy_arg reads it
+    COPY_IF_NEEDED = -1
+    COPY_NEVER = 0
+    COPY_ALWAYS = 1
+
+
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
     cdef bint versioned = self._plain_versioned
@@ -133,14 +139,15 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     cdef int32_t device_type = self.dl.device.device_type
     cdef DLDevice target = self.dl.device
     cdef void *block
+    cdef int want = _copy_arg(copy)
     if dl_device is not None:
-        _target(self, dl_device, copy, &target)
+        _target(self, dl_device, want, &target)
     if target.device_type == kDLCUDA and device_type != kDLCUDA:
         return _export_to_device(self, versioned, target.device_id, stream)
     if target.device_type == kDLCPU and _in_place_on_host(device_type):
-        return _export_host_view(self, versioned, copy, stream)
+        return _export_host_view(self, versioned, want, stream)
     moving = target.device_type != device_type
-    do_copy = _export_copy(self, versioned, copy, moving)
+    do_copy = _export_copy(self, versioned, want, moving)
     if device_type == kDLCPU and stream is None:
         pass                                            # the common case: nothing to arrange
     elif _cuda_kind(device_type):
@@ -167,12 +174,12 @@ cdef inline bint _in_place_on_host(int32_t device_type) noexcept:
     return device_type == kDLCUDAHost or device_type == kDLCUDAManaged
 
 
-cdef void *_export_host_view(DLPackObject self, bint versioned, object copy,
+cdef void *_export_host_view(DLPackObject self, bint versioned, int want,
                              object stream) except NULL:
     """dl_device=(kDLCPU, 0) of pinned or managed memory: the same memory as a CPU tensor, once
     the producer's work is done (the host may read it at once); a copy only where asked for, or
     for a legacy consumer of read-only data."""
-    cdef bint do_copy = _export_copy(self, versioned, copy, False)
+    cdef bint do_copy = _export_copy(self, versioned, want, False)
     _sync_for(self, stream, True)
     cdef void *block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
     cdef DLTensor *t = _block_tensor(block, versioned)
@@ -193,13 +200,33 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     return 0
 
 
-cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint moving) except -1:
+cdef int _copy_arg(object copy) except -2:
+    """The one parser of __dlpack__'s copy (§4): COPY_IF_NEEDED for None, COPY_NEVER or
+    COPY_ALWAYS for a bool, NumPy's bool_ (by identity) or an int 0 or 1 (its value, taken
+    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it."""
+    if copy is None:
+        return COPY_IF_NEEDED
+    if copy is True:
+        return COPY_ALWAYS
+    if copy is False:
+        return COPY_NEVER
+    np = sys.modules.get("numpy")
+    if np is not None and type(copy) is getattr(np, "bool_", None):
+        return COPY_ALWAYS if copy else COPY_NEVER
+    if isinstance(copy, int):
+        value = PyNumber_Index(copy)
+        if value == 0 or value == 1:
+            return COPY_ALWAYS if value else COPY_NEVER
+    raise TypeError(f"__dlpack__: copy = {copy!r:.80} is not None, a bool or 0/1")
+
+
+cdef bint _export_copy(DLPackObject self, bint versioned, int want, bint moving) except -1:
     """Whether an export is a copy: asked for, a move to the host, or read-only data for a
     legacy consumer (which cannot see READ_ONLY: a private copy unless the user opted in)."""
-    cdef bint do_copy = moving or (copy is not None and bool(copy))
+    cdef bint do_copy = moving or want == COPY_ALWAYS
     if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
             and not self._legacy_readonly):
-        if copy is not None:
+        if want == COPY_NEVER:
             raise Refusal(
                 "__dlpack__: the data is read-only and this consumer asked for a legacy "
                 "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
@@ -214,7 +241,7 @@ cdef bint _export_copy(DLPackObject self, bint versioned, object copy, bint movi
     return do_copy
 
 
-cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out) except -1:
+cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) except -1:
     """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU.
 
     dl_device is a tuple or list of two ints, read once from its own storage. The host is one
@@ -222,23 +249,13 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
     other kDLCPU id names no device and is refused whatever copy says, as NumPy does.
     """
     cdef DLDevice here = self.dl.device
-    if PyTuple_Check(dl_device):
-        pair = PyTuple_GetSlice(dl_device, 0, PyTuple_GET_SIZE(dl_device))
-    elif PyList_Check(dl_device):
-        pair = PyList_GetSlice(dl_device, 0, PyList_GET_SIZE(dl_device))
-    else:
-        pair = None
+    dt, did = _device_pair(dl_device, "__dlpack__: dl_device")
     try:
-        if pair is None or len(pair) != 2:
-            raise TypeError
-        dt, did = pair
-        if type(dt) is bool or type(did) is bool:
-            raise TypeError
-        out.device_type = PyNumber_Index(dt)
-        out.device_id = PyNumber_Index(did)
-    except (TypeError, ValueError, OverflowError):
-        raise TypeError(f"__dlpack__: dl_device = {dl_device!r} is not a "
-                        "(device_type, device_id) tuple or list of two ints") from None
+        out.device_type = dt
+        out.device_id = did
+    except OverflowError:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r:.80} names no device (a value "
+                      "beyond 32 bits)") from None
     if out.device_type == kDLCPU and out.device_id != 0:
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
                       f"({kDLCPU}, 0); no other kDLCPU id names a device")
@@ -254,7 +271,8 @@ cdef int _target(DLPackObject self, object dl_device, object copy, DLDevice *out
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
                       f"{_device_name(here)} there (pydlpack copies between the host and "
                       "a GPU, not between GPUs)")
-    if copy is False and not (out.device_type == kDLCPU and _in_place_on_host(here.device_type)):
+    if want == COPY_NEVER and not (out.device_type == kDLCPU
+                                   and _in_place_on_host(here.device_type)):
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
                       f"{_device_name(here)}, but copy=False")
     return 0

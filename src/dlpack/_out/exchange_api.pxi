@@ -133,11 +133,11 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
 cdef int _api_stream(c_DLDeviceType device_type, int32_t device_id,
                      void **out) noexcept nogil:
     """The stream our CUDA exports are ready on: the legacy default stream (CU_STREAM_LEGACY);
-    CPU needs none. Callable without the GIL; it takes it only to report a NULL output."""
+    CPU needs none. Callable without the GIL, from any interpreter; it takes the GIL only to
+    report a NULL output, when the thread holds none."""
     if out == NULL:
-        with gil:
-            PyErr_SetString(TypeError, b"__dlpack_c_exchange_api__: current_work_stream's "
-                            b"output pointer is NULL")
+        _set_error_any_thread(<PyObject *>TypeError, b"__dlpack_c_exchange_api__: "
+                              b"current_work_stream's output pointer is NULL")
         return -1
     out[0] = <void *>1 if _cuda_kind(device_type) else NULL
     return 0

@@ -304,6 +304,41 @@ class CrashOnCopy(Producer):
         return super().__dlpack__(**kwargs)
 
 
+def forks_a_daemon() -> Producer:
+    """A correct producer whose factory forks without exec (a fork pool, a daemon): the fork
+    keeps every pipe of the process open, the checker's result channel among them, and outlives
+    the checker's worker by $DLPACK_TEST_DAEMON_SECONDS; its pid goes to the file
+    $DLPACK_TEST_DAEMON_PID, and that file's name with ".done" is made when it ends."""
+    import os
+
+    path = os.environ.get("DLPACK_TEST_DAEMON_PID")
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(float(os.environ.get("DLPACK_TEST_DAEMON_SECONDS", "30")))
+        if path:
+            open(path + ".done", "w").close()
+        os._exit(0)
+    if path:
+        with open(path, "w") as f:
+            f.write(str(pid))
+    return Producer()
+
+
+class ForksInDlpack(Producer):
+    """Correct, except that its first ``__dlpack__`` forks without exec: two processes go on
+    from there, each believing it is the checker's worker."""
+
+    forked = False
+
+    def __dlpack__(self, **kwargs):
+        import os
+
+        if not ForksInDlpack.forked:
+            ForksInDlpack.forked = True
+            os.fork()
+        return super().__dlpack__(**kwargs)
+
+
 # factory -> the rule ``python -m dlpack check`` must fail it by (the others pass or are n/a)
 EXPECTED = {
     "returns_none": "basic-export",

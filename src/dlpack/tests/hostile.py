@@ -2895,10 +2895,164 @@ def _mtv_out():
     return ctypes.POINTER(_dlc().DLManagedTensorVersioned)()
 
 
+# -- third round (docs/spec.md §2, §3.1, §4, §7): lying names, copy spellings, owners' bounds,
+# wrapped provider errors, subinterpreter releases, producers that abort on their own export --
+
+def _liar_str(claims: str) -> type:
+    """A str subclass equal to everything, hashing as ``claims`` does."""
+    return type("Liar", (str,), {"__hash__": lambda self: hash(claims),
+                                 "__eq__": lambda self, other: True})
+
+
+def _ctypes_subinterpreter():
+    """(module, id) of a new subinterpreter that can import ctypes: the default kind, else a
+    legacy one (3.12 and later make isolated ones by default)."""
+    interpreters = importlib.import_module(_SUBINTERPRETERS)
+    for config in ({}, {"isolated": False}, "legacy"):
+        try:
+            interp = (interpreters.create(**config) if isinstance(config, dict)
+                      else interpreters.create(config))
+        except (TypeError, ValueError):
+            continue
+        try:
+            interpreters.run_string(interp, "import ctypes")
+            return interpreters, interp
+        except Exception:
+            interpreters.destroy(interp)
+    raise RuntimeError("no subinterpreter here can import ctypes")
+
+
+def _release_in_subinterpreter(kind: str) -> bool:
+    """A subinterpreter, holding its GIL (ctypes.PYFUNCTYPE), calls a main-interpreter export's
+    deleter or Arrow release; True when the view was released (a deadlock times out)."""
+    from dlpack import asdlpack
+
+    dl = asdlpack(bytearray(b"abcdefgh"))
+    gone = weakref.ref(dl)
+    if kind == "arrow":
+        _, array = dl.__arrow_c_array__()
+        KEEP.append(array)
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        address = get(array, b"arrow_array")
+        release = ctypes.c_void_p.from_address(address + 64).value     # ArrowArray.release
+    else:
+        p = _dlc().to_pointer(dl, versioned=kind == "versioned")
+        address = ctypes.cast(p, ctypes.c_void_p).value
+        release = ctypes.cast(p.contents.deleter, ctypes.c_void_p).value
+    del dl
+    interpreters, interp = _ctypes_subinterpreter()
+    try:
+        interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(None, ctypes.c_void_p)"
+                                        f"({release})({address})\n")
+    finally:
+        interpreters.destroy(interp)
+    return gone() is None
+
+
+def _stream_null_in_subinterpreter() -> bool:
+    """A subinterpreter, holding its GIL, calls the exchange API's current_work_stream with a
+    NULL output: True when the TypeError reaches it there (a deadlock times out)."""
+    from dlpack import DLPackObject
+
+    api = _dlc().exchange_api(DLPackObject)
+    stream = ctypes.cast(api.current_work_stream, ctypes.c_void_p).value
+    interpreters, interp = _ctypes_subinterpreter()
+    try:
+        interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
+                                "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
+                                f"({stream})(1, 0, None)\n")
+    except Exception as e:
+        return "output pointer is NULL" in str(e)
+    finally:
+        interpreters.destroy(interp)
+    return False
+
+
+def _register_third_round() -> None:
+    g = "third-round"
+    buf = bytearray(24)
+
+    def at(shape=(4,), dtype="float32", **kwargs):
+        from dlpack import from_address
+
+        base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        return lambda: summary(from_address(base, shape, dtype, owner=buf, **kwargs))
+
+    def poisoned_name():
+        from dlpack import from_address
+
+        space = ctypes.create_string_buffer(256)
+        first = from_address(ctypes.addressof(space), (4,), _liar_str("int8")("float32x4"),
+                             owner=space)
+        then = from_address(ctypes.addressof(space), (4,), "int8", owner=space)
+        return [first.dtype.name, first.nbytes, then.dtype.name, then.nbytes]
+
+    def export(data, **kwargs):
+        from dlpack import asdlpack
+
+        return lambda: asdlpack(data).__dlpack__(**kwargs) and None
+
+    def np_bool(value):
+        return __import__("numpy").bool_(value)
+
+    def legacy(name, protocol):
+        import dlpack
+
+        def broken(self):
+            raise RuntimeError("the property broke")
+
+        provider = type("Provider", (), {protocol: property(broken)})()
+        return lambda: getattr(dlpack, name)(provider)
+
+    def tf_tensor(kind):
+        def run():
+            tf = __import__("tensorflow")
+            from dlpack import asdlpack
+
+            return asdlpack(tf.constant(["a", "b"]) if kind == "string"
+                            else tf.Variable([1.0]).handle)
+        return run
+
+    add(g, "dtype-str-subclass-lies", poisoned_name, Gives(["float32x4", 64, "int8", 4]))
+    add(g, "dtype-numpy-negative-subarray", lambda: at(dtype=(__import__("numpy").int32, -1))(),
+        type_error("from_address", "dtype", "ValueError"), needs=["numpy"])
+    add(g, "address-owner-overrun", at(shape=(600,)),
+        buffer_error("from_address", "2376 bytes past the end", "bytearray, 24 bytes"))
+    add(g, "address-byte-strides-as-elements", at(shape=(3,), strides=(8,)),
+        buffer_error("past the end", "strides are in elements"))
+    add(g, "address-before-owner", at(shape=(2,), strides=(-1,)),
+        buffer_error("before the start"))
+    add(g, "address-inside-owner", at(shape=(6,)), Gives([[6], [1], "float32", False]))
+    for name, value, needs in (("false", lambda: False, ()), ("zero", lambda: 0, ()),
+                               ("numpy-false", lambda: np_bool(False), ("numpy",))):
+        add(g, f"copy-{name}-gpu-move",
+            lambda v=value: export(bytearray(4), dl_device=(2, 0), copy=v())(),
+            buffer_error("__dlpack__", "but copy=False"), needs=needs)
+        add(g, f"copy-{name}-legacy-readonly", lambda v=value: export(b"abcd", copy=v())(),
+            buffer_error("__dlpack__", "with copy=False"), needs=needs)
+    for bad in (2, -1, 1.5, "no"):
+        add(g, f"copy-{bad!r}", export(bytearray(4), copy=bad), type_error("copy", repr(bad)))
+    for name, protocol in (("asdlpack_dlpack", "__dlpack__"),
+                           ("asdlpack_array_interface_v3", "__array_interface__"),
+                           ("asdlpack_cuda_array_interface", "__cuda_array_interface__")):
+        add(g, f"legacy-{name}-raising-property", legacy(name, protocol),
+            buffer_error(f"{protocol}: RuntimeError: the property broke"))
+    for kind in ("versioned", "legacy", "arrow"):
+        add("third-round-subinterpreter", f"{kind}-release-holding-its-gil",
+            lambda k=kind: _release_in_subinterpreter(k), Gives(True), needs=[_SUBINTERPRETERS])
+    add("third-round-subinterpreter", "stream-null-output-holding-its-gil",
+        _stream_null_in_subinterpreter, Gives(True), needs=[_SUBINTERPRETERS])
+    for kind in ("string", "resource"):
+        add("third-round-tensorflow", f"tensorflow-{kind}-tensor", tf_tensor(kind),
+            buffer_error(f"TensorFlow cannot export a {kind} tensor"), needs=["tensorflow"])
+
+
 for _register in (_register_alignment, _register_keepalive, _register_snapshots,
                   _register_deleters, _register_chains, _register_capsule_kinds,
                   _register_strides, _register_internal, _register_api_pointers):
     _register()
+_register_third_round()
 
 # -- Appended block: device bitmaps and sync_event order, callbacks run while a refusal is set,
 # blank objects, requested_schema levels, the exchange API before Arrow, view-type names. ------

@@ -170,6 +170,33 @@ def test_a_rule_that_hangs_fails_and_the_rest_resume(monkeypatch):
     assert results["stream"].status == "n/a" and results["basic-export"].status == "pass"
 
 
+def test_a_forked_daemon_holding_the_channel_does_not_hold_the_checker(tmp_path, monkeypatch):
+    """§12: the checker stops reading once every rule has reported (or the worker has exited),
+    not when every process holding the channel has closed it: the daemon the factory forked
+    is still alive when the results are in."""
+    pid_file = tmp_path / "daemon.pid"
+    monkeypatch.setenv("DLPACK_TEST_DAEMON_PID", str(pid_file))
+    monkeypatch.setenv("DLPACK_TEST_DAEMON_SECONDS", "60")
+    try:
+        results = list(check_module.check_isolated(BROKEN + "forks_a_daemon"))
+        assert not (tmp_path / "daemon.pid.done").exists()     # the daemon is still running
+    finally:
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert [r.rule for r in results] == RULES
+    assert all(r.status in ("pass", "n/a") for r in results), results
+
+
+def test_a_producer_forking_in_dlpack_gets_one_report_per_rule():
+    """§12: only the worker process reports; its fork ends at its first report."""
+    results = list(check_module.check_isolated(BROKEN + "ForksInDlpack"))
+    assert [r.rule for r in results] == RULES
+    assert all(r.status in ("pass", "n/a") for r in results), results
+
+
 def test_in_process_verdicts_and_messages():
     """check() in this process gives the CLI's verdicts for producers that do not crash."""
     for factory, rule in [(broken_producers.returns_42, "basic-export"),

@@ -140,3 +140,113 @@ def test_cuda_device_asks_the_driver():
     """A CUDA address is checked by the driver: without one, a CudaError (a BufferError)."""
     with pytest.raises(BufferError):
         from_address(1 << 20, (4,), "float32", owner=None, device=(2, 0))
+
+
+def _liar_class(claims):
+    """A str subclass equal to everything and hashing as ``claims`` does."""
+
+    class Liar(str):
+        def __hash__(self):
+            return hash(claims)
+
+        def __eq__(self, other):
+            return True
+
+    return Liar
+
+
+def test_a_lying_str_subclass_names_its_own_characters_and_poisons_no_cache():
+    """§7: dtype names are looked up as exact str; caches keep no user class alive."""
+    buf = (ctypes.c_char * 256)()
+    liar = _liar_class("int8")
+    gone = weakref.ref(liar)
+    dl = from_address(ctypes.addressof(buf), (4,), liar("float32x4"), owner=buf)
+    assert (dl.dtype.name, dl.nbytes) == ("float32x4", 64)
+    del dl, liar
+    gc.collect()
+    assert gone() is None
+    dl = from_address(ctypes.addressof(buf), (4,), "int8", owner=buf)
+    assert (dl.dtype.name, dl.nbytes) == ("int8", 4)
+
+
+def test_a_dtype_with_lying_fields_is_read_as_ints():
+    class Lying(int):
+        def __lt__(self, other):
+            return True
+
+        def __ge__(self, other):
+            return True
+
+    buf = (ctypes.c_char * 64)()
+    d = DType(2, 32)
+    object.__setattr__(d, "bits", Lying(4096))
+    with pytest.raises(BufferError, match="bits below 256"):
+        from_address(ctypes.addressof(buf), (1,), d, owner=buf)
+    object.__setattr__(d, "bits", "32")
+    with pytest.raises(TypeError, match="not an int"):
+        from_address(ctypes.addressof(buf), (1,), d, owner=buf)
+
+
+@pytest.mark.parametrize("dtype", ["tuple", "raising"])
+def test_a_dtype_numpy_cannot_make_is_a_type_error(dtype):
+    """§2: what NumPy's dtype() raises (ValueError here) comes back as TypeError."""
+    np = lib("numpy")
+
+    class Raising:
+        @property
+        def dtype(self):
+            raise RuntimeError("no dtype today")
+
+    value = (np.int32, -1) if dtype == "tuple" else Raising()
+    buf = (ctypes.c_char * 64)()
+    with pytest.raises(TypeError, match="from_address: dtype") as e:
+        from_address(ctypes.addressof(buf), (1,), value, owner=buf)
+    assert ("ValueError" if dtype == "tuple" else "no dtype today") in str(e.value)
+
+
+@pytest.mark.parametrize("shape, strides, words", [
+    ((600,), None, ["2376 bytes past the end", "bytearray, 24 bytes"]),
+    ((3,), (8,), ["44 bytes past the end", "strides are in elements, not bytes"]),
+    ((2,), (-1,), ["4 bytes before the start"]),
+])
+def test_the_span_must_fit_in_what_the_owner_exposes(shape, strides, words):
+    """§2: an owner with the buffer protocol bounds a view that starts in its memory."""
+    buf = bytearray(24)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    with pytest.raises(BufferError, match="from_address: the array") as e:
+        from_address(address, shape, "float32", owner=buf, strides=strides)
+    for word in words:
+        assert word in str(e.value), str(e.value)
+
+
+def test_views_inside_the_owner_are_accepted_and_other_owners_unchecked():
+    np = lib("numpy")
+    x = np.arange(10.0)[::-2]                   # a strided owner: its memory runs backwards
+    dl = from_address(x.ctypes.data, (5,), "float64", strides=(-2,), owner=x)
+    assert np.from_dlpack(dl).tolist() == [9.0, 7.0, 5.0, 3.0, 1.0]
+    with pytest.raises(BufferError, match="16 bytes before the start"):
+        from_address(x.ctypes.data, (6,), "float64", strides=(-2,), owner=x)
+    buf = (ctypes.c_float * 6)()
+    assert from_address(ctypes.addressof(buf) + 8, (2, 2), "float32", owner=buf).nbytes == 16
+    assert from_address(ctypes.addressof(buf), (0, 600), "float32", owner=buf).size == 0
+    # an owner that exposes no memory (or other memory): the address is the caller's promise
+    other = bytearray(4)
+    assert from_address(ctypes.addressof(buf), (6,), "float32", owner=(buf, other)).size == 6
+    assert from_address(ctypes.addressof(buf), (6,), "float32", owner=other).size == 6
+
+
+def test_device_is_read_by_the_one_pair_reader_of_dl_device():
+    """§2, §4: device, like __dlpack__'s dl_device, is a tuple or list read from its own
+    storage (a subclass's __iter__ does not run); other iterables are a TypeError."""
+    lying = type("LyingTuple", (tuple,), {"__iter__": lambda self: iter((2, 0)),
+                                          "__len__": lambda self: 2})
+    buf = (ctypes.c_float * 2)()
+    dl = from_address(ctypes.addressof(buf), (2,), "float32", owner=buf, device=lying((1, 0)))
+    assert dl.device == (1, 0)
+    for bad in (iter((1, 0)), (1, 0, 0), (True, 0), "cpu"):
+        with pytest.raises(TypeError, match=r"from_address: device = .* tuple or list"):
+            from_address(ctypes.addressof(buf), (2,), "float32", owner=buf, device=bad)
+    with pytest.raises(TypeError, match=r"__dlpack__: dl_device = .* tuple or list"):
+        dl.__dlpack__(dl_device=iter((1, 0)))
+    with pytest.raises(BufferError, match="names no device"):
+        dl.__dlpack__(dl_device=(1, 2**40))

@@ -1,6 +1,9 @@
 """Providers: __dlpack__ objects, raw capsules, TensorFlow, PyArrow, protocol order (spec §3.1)."""
 
 import gc
+import importlib.util
+import os
+import subprocess
 import sys
 
 import pytest
@@ -157,6 +160,34 @@ def test_tensorflow_to_dlpack_capsule():
     dl = asdlpack(tf.experimental.dlpack.to_dlpack(t))
     a = np.from_dlpack(dl)
     assert a.tolist() == [[1, 2], [3, 4]] and a.ctypes.data == address == dl.data_ptr
+
+
+def test_tensorflow_tensors_its_export_aborts_on_are_refused_before_the_call():
+    """§3.1: TensorFlow's __dlpack__ aborts the process on string, resource and variant
+    tensors; asdlpack, todict and 0.2.1's asdlpack_dlpack refuse them without calling it (in
+    a child: a regression is an abort)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("needs tensorflow")
+    code = """if True:
+        import warnings
+        import tensorflow as tf
+        import dlpack
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tensors = {"string": tf.constant(["a", "b"]), "resource": tf.Variable([1.0]).handle,
+                   "variant": tf.data.experimental.to_variant(tf.data.Dataset.range(3))}
+        for kind, t in tensors.items():
+            for read in (dlpack.asdlpack, dlpack.todict, dlpack.asdlpack_dlpack):
+                try:
+                    read(t)
+                except BufferError as e:
+                    assert f"TensorFlow cannot export a {kind} tensor" in str(e), str(e)
+                else:
+                    raise AssertionError(f"{kind}: {read.__name__} read it")
+        assert dlpack.asdlpack(tf.constant([1.5])).dtype.name == "float32"
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_pyarrow_array_and_tensor():

@@ -91,6 +91,26 @@ def test_per_protocol_functions_use_the_checked_readers():
         dlpack.asdlpack_array_interface_v2(Raises())
 
 
+@pytest.mark.parametrize("name, protocol", [
+    ("asdlpack_dlpack", "__dlpack__"),
+    ("asdlpack_array_interface_v3", "__array_interface__"),
+    ("asdlpack_cuda_array_interface", "__cuda_array_interface__"),
+])
+def test_per_protocol_functions_wrap_a_raising_property_as_asdlpack_does(name, protocol):
+    """§7: the provider's own error comes back as BufferError "<protocol>: <type>: ..."."""
+    def broken(self):
+        raise RuntimeError("the property broke")
+
+    Provider = type("Provider", (), {protocol: property(broken)})
+    with pytest.raises(BufferError) as via_asdlpack:
+        asdlpack(Provider())
+    with pytest.warns(DeprecationWarning), pytest.raises(BufferError) as via_legacy:
+        getattr(dlpack, name)(Provider())
+    assert str(via_legacy.value) == str(via_asdlpack.value) == \
+        f"{protocol}: RuntimeError: the property broke"
+    assert isinstance(via_legacy.value.__cause__, RuntimeError)
+
+
 def test_impl_cls_chooses_the_plain_capsule():
     a = array.array("d", [1.0, 2.0])
     legacy = deprecated(lambda: asdlpack(a, impl_cls=dlc.DLManagedTensor), "impl_cls",
@@ -215,3 +235,25 @@ def test_constants_and_helpers():
     assert deprecated(lambda: dlpack.PyBUF_RECORDS_RO) == 0x1C
     assert deprecated(lambda: dlpack._get_strides((4, 6, 5))) == (30, 5, 1)
     assert ctypes.sizeof(deprecated(lambda: dlpack.DLTensor)) == ctypes.sizeof(dlc.DLTensor)
+
+
+def test_capsule_names_are_kept_as_exact_bytes():
+    """§7: the table of capsule names (a capsule keeps only the char *) holds no user object:
+    a bytes subclass equal to every name cannot stand in for another."""
+    from dlpack import _legacy
+
+    class Liar(bytes):
+        def __bytes__(self):
+            return self
+
+        def __hash__(self):
+            return hash(b"dltensor")
+
+        def __eq__(self, other):
+            return True
+
+    got = _legacy._name(Liar(b"someone else's"))
+    assert type(got) is bytes and got == b"someone else's"
+    again = _legacy._name(b"dltensor")
+    assert type(again) is bytes and bytes.__eq__(again, b"dltensor")
+    assert all(type(k) is bytes for k in _legacy._NAMES)

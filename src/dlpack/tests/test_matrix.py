@@ -156,6 +156,24 @@ def test_filters_that_select_nothing_exit_2_with_the_names(args, words, capsys):
     assert all(word in data["error"] for word in words)
 
 
+@pytest.mark.parametrize("flag", ["--dtype", "--provider", "--consumer"])
+@pytest.mark.parametrize("value", [",", " , ", ""])
+def test_a_filter_that_names_nothing_exits_2(flag, value, capsys):
+    """§9: "--dtype ," selects nothing (it does not mean every dtype): a usage error."""
+    with pytest.raises(SystemExit) as e:
+        matrix.main([flag, value])
+    assert e.value.code == 2 and f"{flag} " in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        matrix.main(["--json", flag, value])
+    assert e.value.code == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_status"] == 2 and "names no" in data["error"]
+
+
+def test_build_with_an_empty_filter_runs_nothing():
+    assert matrix.build(providers=["bytes"], consumers=["numpy"], dtypes=[])["cells"] == []
+
+
 def test_nothing_installed_for_the_device_exits_2(monkeypatch, capsys):
     """A GPU but no CUDA library: nothing ran, so a CI job asking for CUDA must not pass."""
     monkeypatch.setattr(matrix, "cuda_info", lambda: {"driver": "12.4", "gpus": ["test"]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -143,6 +144,97 @@ for versioned in (True, False):
         assert gone() is None
 print("ok")
 """)
+
+
+_SUBINTERPRETER_RELEASES = r"""
+import ctypes, importlib, sys, weakref
+import dlpack.ctypes as dlc
+from dlpack import asdlpack
+interpreters = importlib.import_module(sys.argv[1])
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def run_in_subinterpreter(code, threads):
+    # in the first kind of subinterpreter this Python makes that can import ctypes (and start
+    # a thread, when asked: 3.11 and 3.12 spell that isolated=False, 3.13 "legacy")
+    probe = "import ctypes, threading\n" + (
+        "t = threading.Thread(target=int)\nt.start()\nt.join()\n" if threads else "")
+    for config in ({}, {"isolated": False}, "legacy"):
+        try:
+            interp = (interpreters.create(**config) if isinstance(config, dict)
+                      else interpreters.create(config))
+        except (TypeError, ValueError):
+            continue
+        try:
+            try:
+                interpreters.run_string(interp, probe)
+            except Exception:
+                continue
+            interpreters.run_string(interp, code)
+            return
+        finally:
+            interpreters.destroy(interp)
+    raise RuntimeError(f"no subinterpreter here can run {probe!r}")
+
+
+for kind in ("versioned", "legacy", "arrow"):
+    for holds_gil in (True, False):
+        for threads in (False, True):
+            dl = asdlpack(bytearray(b"abcdefgh"))
+            gone = weakref.ref(dl)
+            if kind == "arrow":             # an exported ArrowArray: release at offset 64
+                schema, array = dl.__arrow_c_array__()
+                address = get(array, b"arrow_array")
+                release = ctypes.c_void_p.from_address(address + 64).value
+            else:
+                p = dlc.to_pointer(dl, versioned=kind == "versioned")
+                address = ctypes.cast(p, ctypes.c_void_p).value
+                release = ctypes.cast(p.contents.deleter, ctypes.c_void_p).value
+            del dl
+            call = (f"ctypes.{'PYFUNCTYPE' if holds_gil else 'CFUNCTYPE'}(None, "
+                    f"ctypes.c_void_p)({release})({address})")
+            code = ("import ctypes, threading\n"
+                    + (f"t = threading.Thread(target=lambda: {call})\nt.start()\nt.join()\n"
+                       if threads else call + "\n"))
+            run_in_subinterpreter(code, threads)
+            assert gone() is None, (kind, holds_gil, threads)
+# The exchange API reports a NULL output in the caller's interpreter, holding its GIL.
+from dlpack import DLPackObject
+stream = ctypes.cast(dlc.exchange_api(DLPackObject).current_work_stream, ctypes.c_void_p).value
+run_in_subinterpreter(f'''if True:
+    import ctypes
+    try:
+        ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)(
+            {stream})(1, 0, None)
+    except TypeError as e:
+        assert "output pointer is NULL" in str(e), e
+    else:
+        raise AssertionError("no error reported")
+''', False)
+print("ok")
+"""
+
+
+def test_deleters_and_arrow_releases_called_from_a_subinterpreter():
+    """§4: a subinterpreter (holding its GIL, or not; its main thread or one of its own) calls
+    a main-interpreter export's deleter or Arrow release: the view is released, no deadlock;
+    the exchange API's error report reaches the subinterpreter's caller
+    (the "holds the GIL" test once compared with the main interpreter's thread state). In a
+    child with a timeout, so a deadlock fails the test instead of hanging it."""
+    name = next((m for m in ("_interpreters", "_xxsubinterpreters")
+                 if importlib.util.find_spec(m) is not None), None)
+    if name is None:
+        pytest.skip("no subinterpreter module (_interpreters, _xxsubinterpreters) here")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.dirname(__file__)))]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    try:
+        run = subprocess.run([sys.executable, "-c", _SUBINTERPRETER_RELEASES, name],
+                             capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a deleter, release or exchange-API call from a subinterpreter deadlocked")
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
 
 
 def test_deleters_at_and_after_shutdown(late):

@@ -107,6 +107,30 @@ def test_copy_false_and_dl_device():
         dl.__dlpack__(dl_device="cpu")
 
 
+def _spellings(np, value):
+    """copy=value as a consumer may spell it: the bool, NumPy's bool_, the int."""
+    return [value, np.bool_(value), int(value)]
+
+
+def test_copy_is_parsed_once_whatever_its_spelling():
+    """§4: False, numpy.False_ and 0 refuse alike (a move to a GPU too, before any driver
+    call); True, numpy.True_ and 1 copy; anything else is a TypeError naming it."""
+    np = lib("numpy")
+    for never in _spellings(np, False):
+        with pytest.raises(BufferError, match="but copy=False"):
+            asdlpack(bytearray(4)).__dlpack__(dl_device=(2, 0), copy=never)
+        with pytest.raises(BufferError, match="with copy=False"):
+            asdlpack(b"abcd").__dlpack__(copy=never)          # legacy + read-only
+        info = todict(asdlpack(bytearray(4)).__dlpack__(max_version=(1, 0), copy=never))
+        assert not info["flags"] & FLAG_BITMASK_IS_COPIED
+    for always in _spellings(np, True):
+        info = todict(asdlpack(bytearray(4)).__dlpack__(max_version=(1, 0), copy=always))
+        assert info["flags"] & FLAG_BITMASK_IS_COPIED
+    for bad in (2, -1, 1.0, "yes", np.int64(1), [True]):
+        with pytest.raises(TypeError, match="copy = "):
+            asdlpack(bytearray(4)).__dlpack__(copy=bad)
+
+
 def test_stream_must_be_none_on_cpu():
     with pytest.raises(BufferError, match="stream"):
         asdlpack(bytearray(4)).__dlpack__(stream=1)

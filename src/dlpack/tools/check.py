@@ -40,6 +40,7 @@ import sysconfig
 import tempfile
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
@@ -62,6 +63,8 @@ VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
+POLL = 0.1             # seconds between looks at the worker while its channel is quiet
+GRACE = 2.0            # seconds to read what an exited worker wrote (a fork may keep it open)
 CAPSULE = type(datetime.datetime_CAPI)
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -811,8 +814,11 @@ def _worker(spec: str, start: int, state: dict) -> NoReturn:
     standard output; whatever else is printed goes to the parent's log."""
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
+    worker = os.getpid()
 
     def send(**message) -> None:
+        if os.getpid() != worker:   # a fork of the worker (inside __dlpack__) never reports:
+            os._exit(0)             # it ends where it would have, before a second result
         channel.write(json.dumps(message, ensure_ascii=False) + "\n")
         channel.flush()
 
@@ -889,13 +895,24 @@ def check_isolated(spec: str) -> Iterator[Result]:
             running: str | None = None
             timed_out = False
             scribbled: str | None = None    # a line the producer wrote into the channel
-            while True:
+            last = time.monotonic()     # when the last line came
+            exited: float | None = None     # when the worker was seen gone
+            while start < len(RULES):
                 try:
-                    line = lines.get(timeout=TIMEOUT)
+                    line = lines.get(timeout=POLL)
                 except queue.Empty:
-                    child.kill()
-                    timed_out = True
-                    break
+                    now = time.monotonic()
+                    if exited is None and child.poll() is not None:
+                        exited = now
+                    if exited is not None:
+                        if now - exited >= GRACE:   # what it wrote is read by now; a fork of
+                            break                   # it (a producer's pool) may hold the pipe
+                    elif now - last >= TIMEOUT:
+                        child.kill()
+                        timed_out = True
+                        break
+                    continue
+                last = time.monotonic()
                 if line is None:
                     break
                 try:
@@ -920,7 +937,11 @@ def check_isolated(spec: str) -> Iterator[Result]:
                 state = message["state"]
                 start += 1
                 yield result
-            rc = child.wait()
+            try:            # every rule reported: the worker exits at once
+                rc = child.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                rc = child.wait()
             if start >= len(RULES):
                 return
             log.seek(0)

@@ -549,7 +549,7 @@ def _available(table: dict, wanted: Iterable[str] | None, device: str):
     """The entries of ``table`` usable here, and {name: why not} for the ones that are not."""
     usable, missing = [], {}
     for name, (module, _, kind) in table.items():
-        if wanted and name not in wanted:
+        if wanted is not None and name not in wanted:     # [] selects nothing, None all
             continue
         if kind != device:
             if wanted or kind == "cuda":
@@ -737,7 +737,7 @@ def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=No
 def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
     p_names, p_missing = _available(PROVIDERS, providers, device)
     c_names, c_missing = _available(CONSUMERS, consumers, device)
-    names = [d for d in DTYPES if not dtypes or d in dtypes]
+    names = [d for d in DTYPES if dtypes is None or d in dtypes]
     todo = [(p, c, d) for p in p_names for c in c_names for d in names]
     needs = {c: alignment_need(c) if device == "cpu" and todo else None for c in c_names}
     cells = []
@@ -1088,7 +1088,11 @@ def main(argv: list[str] | None = None) -> int:
                              "status 3 where there is no GPU")
     args = parser.parse_args(argv)
     for flag, allowed in (("dtype", DTYPES), ("provider", PROVIDERS), ("consumer", CONSUMERS)):
-        unknown = set(_split(getattr(args, flag)) or ()) - set(allowed)
+        given = getattr(args, flag)
+        if given and not _split(given):         # "--dtype ,": a filter that names nothing
+            parser.error(f"--{flag} {','.join(given)!r} names no {flag}; "
+                         f"choose from {', '.join(allowed)}")
+        unknown = set(_split(given) or ()) - set(allowed)
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
