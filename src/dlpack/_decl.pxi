@@ -64,6 +64,7 @@ cdef extern from "Python.h":
         Py_ssize_t *suboffsets
     enum:
         Py_TPFLAGS_HEAPTYPE
+    void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held
     void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
     void PyErr_Restore(PyObject *, PyObject *, PyObject *)
     # PyCapsule_GetPointer without Cython's error check: only called on a name just validated
