@@ -301,3 +301,49 @@ def test_tensorflow_logs_suppressed(command):
     run = run_cli(*command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
     assert run.returncode == 0, run.stderr
     assert run.stderr == "", run.stderr
+
+
+def test_cell_needing_a_missing_library_is_not_run():
+    """A cell whose provider or read-back needs a library that is not installed is not run and
+    the library is named (docs/matrix.md "not_run"); never ✗ or ? for it. ml_dtypes is made
+    absent for the run (sys.modules entry None: its import raises ModuleNotFoundError)."""
+    lib("numpy")
+    lib("torch")
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "from dlpack.tools.matrix import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    args = ["--provider", "numpy,torch", "--consumer", "numpy,numpy.asarray,torch"]
+    run = subprocess.run([sys.executable, "-c", code, "--json", *args], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert not [c for c in data["cells"] if "ModuleNotFound" in c["reason"]]
+    assert not [c for c in data["cells"] if c["status"] == "unverified"]
+    skipped = {(x["provider"], x["consumer"], x["dtype"]) for x in data["not_run"]}
+    assert skipped == {("numpy", c, d) for c in ("numpy", "numpy.asarray", "torch")
+                       for d in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
+    assert {x["library"] for x in data["not_run"]} == {"ml_dtypes"}
+    c = cells(data)
+    assert c["torch", "torch", "bfloat16"]["status"] == "ok"      # read back without ml_dtypes
+    assert c["torch", "numpy.asarray", "float8_e5m2"]["status"] == "ok"
+    text = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, COLUMNS="80")).stdout
+    assert "not run: 9 cells, which need ml_dtypes" in " ".join(text.split())
+    assert "✗" not in text.split("provider (m)")[1].split("\n")[1]     # numpy's row
+
+
+def test_ml_types_read_back_from_their_bits():
+    """bfloat16 and float8 results, an opaque |V2 ndarray included, are read back from their
+    bits: every pattern decodes as ml_dtypes decodes it, and np.asarray cells are verified."""
+    np = lib("numpy")
+    ml_dtypes = lib("ml_dtypes")
+    for name, size in (("bfloat16", 2), ("float8_e4m3fn", 1), ("float8_e5m2", 1)):
+        patterns = np.arange(1 << (8 * size), dtype=f"u{size}")
+        with np.errstate(invalid="ignore"):        # NaN patterns
+            want = patterns.view(getattr(ml_dtypes, name)).astype(np.float64)
+        got = np.array([matrix._minifloat(int(b), name) for b in patterns])
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    lib("torch")
+    run = matrix.build(providers=["numpy", "torch"], consumers=["numpy.asarray"],
+                       dtypes=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+    assert {c["status"] for c in run["cells"]} == {"ok"}, run["cells"]
