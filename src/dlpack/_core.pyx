@@ -315,6 +315,17 @@ cdef class DLPackObject:
                             "use memoryview(dl).tolist()")
         return iter(memoryview(self))
 
+    def __len__(self):
+        """Extent of the first axis, as NumPy's ``len(a)`` (pandas asks it before ``__array__``;
+        0-d data has none)."""
+        if self.dl.ndim == 0:
+            raise TypeError("len() of 0-d data")
+        return self.dl.shape[0]
+
+    def __bool__(self):
+        """Always true, whatever ``len`` is: a view is an object, not a container to test."""
+        return True
+
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
         (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
@@ -335,6 +346,13 @@ cdef class DLPackObject:
         """NumPy's array interface (v3), for data the CPU can address."""
         _check_made(self)
         return _array_interface(self)
+
+    def __array__(self, dtype=None, copy=None):
+        """The data as a NumPy array, zero-copy for CPU data and read-only when the source is
+        (what pandas and scikit-learn call); ``copy=False`` where a copy is needed raises
+        ``ValueError``, as NumPy 2 asks."""
+        _check_made(self)
+        return _to_ndarray(self, dtype, copy)
 
     @property
     def __cuda_array_interface__(self):
