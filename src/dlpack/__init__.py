@@ -35,10 +35,18 @@ __all__ = [
 ]
 
 
+_SUBMODULES = ("ctypes", "tools", "tests", "buffer", "capsule")   # attributes, imported on use
+
+
 def __getattr__(name: str) -> object:
-    """pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    """The submodules, imported when first asked for (``dlpack.ctypes`` without an import), and
+    pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
     if name.startswith("__"):  # tools probing for dunders need not load the legacy module
         raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
-    import dlpack._legacy  # not "from dlpack import": that would ask __getattr__ again
+    import importlib
 
-    return dlpack._legacy.attribute(name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dlpack.{name}")
+    legacy = importlib.import_module("dlpack._legacy")  # "from dlpack import" would recurse
+
+    return legacy.attribute(name)

@@ -595,17 +595,18 @@ cdef DLPackObject _dispatch(object obj):
                   f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,
-             impl_cls=None):
+def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
+             bint legacy_writable=False):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
-    ``impl_cls`` is pydlpack 0.2.1's (deprecated): ``dlpack.ctypes.DLManagedTensorVersioned``
-    makes a plain ``__dlpack__()`` give a versioned capsule; consumers that pass
-    ``max_version`` choose for themselves.
+    ``impl_cls`` is pydlpack 0.2.1's (deprecated; positional as in 0.2.1's
+    ``asdlpack(obj, impl_cls=None)``): ``dlpack.ctypes.DLManagedTensorVersioned`` makes a plain
+    ``__dlpack__()`` give a versioned capsule; consumers that pass ``max_version`` choose for
+    themselves.
     """
     cdef DLPackObject r
     cdef type t = type(obj)

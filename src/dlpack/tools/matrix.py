@@ -919,11 +919,11 @@ def _not_run_lines(result: dict) -> list[str]:
     out = []
     for library, where in groups.items():
         count = sum(len(ds) * len(cs) for (_, ds), cs in where.items())
-        parts = []
+        parts: list[str] = []
         for (p, ds), cs in where.items():
-            to = "every consumer" if cs == result["consumers"] else \
+            whom = "every consumer" if cs == result["consumers"] else \
                 ", ".join(SHORT.get(c, c) for c in cs)
-            parts.append(f"{p} → {to} ({', '.join(ds)})")
+            parts.append(f"{p} → {whom} ({', '.join(ds)})")
         out.append(f"not run: {count} cells, which need {library} (not installed; "
                    f"pip install {library} runs them) — {'; '.join(parts)}")
     return out
