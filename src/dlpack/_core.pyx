@@ -587,12 +587,36 @@ cdef DLPackObject _dispatch(object obj):
             f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
             "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
             "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
-            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)")
+            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)"
+            + _way_in(obj))
     if len(refusals) == 1:
         raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
     raise Refusal(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
                   f"refused:\n{lines}") from refusals[-1][1]
+
+
+cdef str _way_in(object obj):
+    """For an object that speaks no protocol: the step that makes an array of its kind
+    (spec §7), or "" when there is none to name."""
+    cdef type t = type(obj)
+    top = (t.__module__ or "").partition(".")[0]
+    if top == "tensorflow" and "Variable" in t.__name__:
+        return "; a tf.Variable: pass tf.convert_to_tensor(v), or v.read_value()"
+    if top == "pandas":
+        return ("; a pandas object without Arrow memory: pass x.to_numpy(), or an "
+                "Arrow-backed one (dtype='float32[pyarrow]')")
+    if isinstance(obj, str):
+        return "; a str is text, not an array: pass s.encode() for its bytes"
+    if isinstance(obj, (bool, int, float, complex)):
+        return ("; a Python number is not an array: pass numpy.asarray(x) (0-d), or "
+                "array.array('d', [x]) without NumPy")
+    if isinstance(obj, (list, tuple, range)):
+        return ("; a Python sequence holds objects, not an array: pass numpy.asarray(x), or "
+                "array.array('d', x) without NumPy (both copy)")
+    if getattr(obj, "__array__", None) is not None:
+        return "; it converts itself to NumPy (__array__): pass numpy.asarray(x)"
+    return ""
 
 
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
