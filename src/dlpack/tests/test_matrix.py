@@ -116,7 +116,8 @@ def test_cuda_without_gpu_exits_3_with_the_reason():
     except matrix.NoCuda:
         run = run_cli("--device", "cuda")
         assert run.returncode == 3 and run.stdout == ""
-        assert "no CUDA device here" in run.stderr and len(run.stderr.splitlines()) == 1
+        assert "no CUDA device here" in " ".join(run.stderr.split())
+        assert max(len(line) for line in run.stderr.splitlines()) <= 80   # not a terminal: 80
         run = run_cli("--device", "cuda", "--json")
         assert run.returncode == 3
         data = json.loads(run.stdout)
@@ -251,6 +252,12 @@ def test_cli_version_and_bad_filter():
     assert run_cli("--version").stdout.startswith("pydlpack ")
     bad = run_cli("--dtype", "float128")
     assert bad.returncode == 2 and "unknown --dtype" in bad.stderr
+    plain = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for columns, env in ((80, plain), (50, dict(plain, COLUMNS="50"))):
+        bad = run_cli("--provider", "foo", env=env)       # the usage error wraps to the width
+        assert bad.returncode == 2 and "unknown --provider foo" in bad.stderr
+        assert max(len(line) for line in bad.stderr.splitlines()) <= columns, bad.stderr
+        assert "numba" in bad.stderr                      # and nothing of it is cut
 
 
 def test_library_failing_to_import_is_listed(tmp_path):

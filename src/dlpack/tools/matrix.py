@@ -1076,10 +1076,13 @@ class JsonArgumentParser(argparse.ArgumentParser):
         return super().parse_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        """argparse's usage and message on stderr, the message wrapped to the terminal."""
         if self.wants_json:
             print(json.dumps({"schema": self.schema, "error": f"{self.prog}: {message}",
                               "exit_status": EXIT_USAGE}), flush=True)
-        super().error(message)
+        self.print_usage(sys.stderr)
+        text = "\n".join(_wrap(f"{self.prog}: error: {message}", terminal_width(), "  ", ""))
+        self.exit(EXIT_USAGE, text + "\n")
 
 
 def _names(table: dict, device: str | None = None) -> str:
@@ -1182,7 +1185,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(_empty("cuda", None, error, EXIT_NO_DEVICE), indent=1,
                                  ensure_ascii=False))
-            print(f"python -m dlpack: {error}", file=sys.stderr)
+            print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")),
+                  file=sys.stderr)
             return EXIT_NO_DEVICE
     progress = None
     if sys.stderr.isatty() and not args.json:
@@ -1201,7 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
         error = f"the matrix run itself failed: {_reason(e)}"
         if args.json:
             print(json.dumps(_empty(args.device, cuda, error, 1), indent=1, ensure_ascii=False))
-        print(f"python -m dlpack: {error}", file=sys.stderr)
+        print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")), file=sys.stderr)
         return 1
     if not result["cells"]:
         filtered = args.provider or args.consumer or args.dtype
@@ -1212,7 +1216,7 @@ def main(argv: list[str] | None = None) -> int:
         result["exit_status"] = EXIT_USAGE
         if args.json:
             print(json.dumps(result, indent=1, ensure_ascii=False))
-        print(f"python -m dlpack: {error}", file=sys.stderr)
+        print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")), file=sys.stderr)
         for line in [*names.splitlines(), *_unavailable(result), *_not_run_lines(result)]:
             print("\n".join(_wrap(line, width, "    ", "  ")), file=sys.stderr)
         return EXIT_USAGE
