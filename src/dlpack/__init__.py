@@ -18,6 +18,16 @@ from dlpack._types import (
 
 __version__ = "1.0.0"     # the one source: pyproject.toml reads it, the matrix header shows it
 
+
+def get_include() -> str:
+    """The directory of the DLPack header pydlpack ships (dlpack.h v1.3, the ABI it speaks),
+    for C extensions: ``-I$(python -c "import dlpack; print(dlpack.get_include())")`` and
+    ``#include <dlpack/dlpack.h>``, as ``numpy.get_include()``."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
 __all__ = [
     "DLPACK_VERSION",
     "FLAG_BITMASK_IS_COPIED",
@@ -31,6 +41,7 @@ __all__ = [
     "__version__",
     "asdlpack",
     "from_address",
+    "get_include",
     "todict",
 ]
 

@@ -39,8 +39,11 @@ __all__ = [
     "__version__",
     "asdlpack",
     "from_address",
+    "get_include",
     "todict",
 ]
+
+def get_include() -> str: ...
 
 # -- pydlpack 0.2.1's names (dlpack._legacy at run time) ------------------------------------------
 
