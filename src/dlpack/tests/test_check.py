@@ -282,6 +282,7 @@ def test_every_shipped_factory_is_graded():
 
     needs = {"numpy": "numpy", "numpy_readonly": "numpy", "torch": "torch",
              "torch_requires_grad": "torch", "jax": "jax", "tensorflow": "tensorflow",
+             "tensorflow_tensor": "tensorflow",
              "pyarrow": "pyarrow", "tvm_ffi": "tvm_ffi", "pydlpack": "numpy",
              "pydlpack_bytes": "numpy", "pyarrow_chunked": "pyarrow", "polars": "polars",
              "polars_nulls": "polars", "nanoarrow": "nanoarrow", "arro3": "arro3",
