@@ -598,7 +598,7 @@ cdef DLPackObject _dispatch(object obj):
 
 cdef str _way_in(object obj):
     """For an object that speaks no protocol: the step that makes an array of its kind
-    (spec §7), or "" when there is none to name."""
+    (spec §3), or "" when there is none to name."""
     cdef type t = type(obj)
     top = (t.__module__ or "").partition(".")[0]
     if top == "tensorflow" and "Variable" in t.__name__:

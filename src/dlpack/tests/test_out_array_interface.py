@@ -2,6 +2,7 @@
 ml_dtypes views of opaque items."""
 
 import ctypes
+import gc
 import subprocess
 import sys
 
@@ -78,6 +79,9 @@ def test_array_method_zero_copy_readonly_and_copy_keyword():
         dl.__array__(np.float64, copy=False)
     ro = asdlpack(b"hello").__array__()
     assert not ro.flags.writeable and bytes(ro) == b"hello"
+    kept = asdlpack(bytearray(b"xyz")).__array__()     # the view and its provider live on
+    gc.collect()
+    assert bytes(kept) == b"xyz"
     raw = bytearray(1)
     int4 = from_address(ctypes.addressof(ctypes.c_char.from_buffer(raw)), (2,), "int4",
                         owner=raw)
