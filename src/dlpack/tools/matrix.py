@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import NoReturn
 
 import dlpack
-from dlpack import asdlpack, todict
+from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
 
 SCHEMA = "pydlpack-matrix/1"
@@ -426,7 +426,7 @@ def _raw_bytes(result) -> bytes:
     if type(result).__module__ == "numpy" and hasattr(result, "tobytes"):
         return result.tobytes()
     dl = asdlpack(result, allow_legacy_readonly=True)
-    if dl.device[0] != 1:
+    if dl.device[0] != DLDeviceType.kDLCPU:
         raise ValueError(f"result is on device {dl.device}, not on the CPU")
     out, size = bytearray(), dl.itemsize
     index = [0] * dl.ndim
