@@ -18,6 +18,16 @@ from dlpack._types import (
 
 __version__ = "1.0.0"     # the one source: pyproject.toml reads it, the matrix header shows it
 
+
+def get_include() -> str:
+    """The directory of the DLPack header pydlpack ships (dlpack.h v1.3, the ABI it speaks),
+    for C extensions: ``-I$(python -c "import dlpack; print(dlpack.get_include())")`` and
+    ``#include <dlpack/dlpack.h>``, as ``numpy.get_include()``."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
 __all__ = [
     "DLPACK_VERSION",
     "FLAG_BITMASK_IS_COPIED",
@@ -31,14 +41,23 @@ __all__ = [
     "__version__",
     "asdlpack",
     "from_address",
+    "get_include",
     "todict",
 ]
 
 
+_SUBMODULES = ("ctypes", "tools", "tests", "buffer", "capsule")   # attributes, imported on use
+
+
 def __getattr__(name: str) -> object:
-    """pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    """The submodules, imported when first asked for (``dlpack.ctypes`` without an import), and
+    pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
     if name.startswith("__"):  # tools probing for dunders need not load the legacy module
         raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
-    import dlpack._legacy  # not "from dlpack import": that would ask __getattr__ again
+    import importlib
 
-    return dlpack._legacy.attribute(name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dlpack.{name}")
+    legacy = importlib.import_module("dlpack._legacy")  # "from dlpack import" would recurse
+
+    return legacy.attribute(name)

@@ -1,9 +1,15 @@
 """Type stubs for the compiled core, dlpack._core (valid on Python 3.10 and later)."""
 
+import sys
 from collections.abc import Iterator
-from typing import Any, SupportsIndex, final
+from typing import Any, SupportsIndex, final, overload
 
 from typing_extensions import CapsuleType
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated
+else:
+    from typing_extensions import deprecated
 
 from dlpack._types import DLDeviceType, DType
 
@@ -43,6 +49,10 @@ class DLPackObject:
     def __array_interface__(self) -> dict[str, Any]: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    # NumPy's ndarray (Any: NumPy is optional, so the stub does not import it).
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any: ...
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
     def __dlpack__(
         self,
         *,
@@ -76,12 +86,27 @@ class DLPackObject:
 class CudaError(BufferError):
     """A CUDA driver call failed, or there is no driver."""
 
+@overload
+def asdlpack(
+    obj: object, *, allow_legacy_readonly: bool = False, legacy_writable: bool = False
+) -> DLPackObject: ...
+@overload
+@deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
 def asdlpack(
     obj: object,
+    impl_cls: type | None,
     *,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
-    impl_cls: type | None = None,
+) -> DLPackObject: ...
+@overload
+@deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
+def asdlpack(
+    obj: object,
+    *,
+    impl_cls: type | None,
+    allow_legacy_readonly: bool = False,
+    legacy_writable: bool = False,
 ) -> DLPackObject: ...
 def from_address(
     address: int | None,

@@ -328,6 +328,17 @@ cdef class DLPackObject:
                             "use memoryview(dl).tolist()")
         return iter(memoryview(self))
 
+    def __len__(self):
+        """Extent of the first axis, as NumPy's ``len(a)`` (pandas asks it before ``__array__``;
+        0-d data has none)."""
+        if self.dl.ndim == 0:
+            raise TypeError("len() of 0-d data")
+        return self.dl.shape[0]
+
+    def __bool__(self):
+        """Always true, whatever ``len`` is: a view is an object, not a container to test."""
+        return True
+
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
         (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
@@ -345,6 +356,13 @@ cdef class DLPackObject:
     def __array_interface__(self):
         """NumPy's array interface (v3), for data the CPU can address."""
         return _array_interface(self)
+
+    def __array__(self, dtype=None, copy=None):
+        """The data as a NumPy array, zero-copy for CPU data and read-only when the source is
+        (what pandas and scikit-learn call); ``copy=False`` where a copy is needed raises
+        ``ValueError``, as NumPy 2 asks."""
+        _check_made(self)
+        return _to_ndarray(self, dtype, copy)
 
     @property
     def __cuda_array_interface__(self):
@@ -602,7 +620,8 @@ cdef DLPackObject _dispatch(object obj):
             f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
             "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
             "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
-            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)")
+            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)"
+            + _way_in(obj))
     if len(refusals) == 1:
         raise _as_refusal(refusals[0][0], refusals[0][1])
     lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
@@ -610,17 +629,41 @@ cdef DLPackObject _dispatch(object obj):
                   f"refused:\n{lines}") from refusals[-1][1]
 
 
-def asdlpack(obj, *, bint allow_legacy_readonly=False, bint legacy_writable=False,
-             impl_cls=None):
+cdef str _way_in(object obj):
+    """For an object that speaks no protocol: the step that makes an array of its kind
+    (spec §3), or "" when there is none to name."""
+    cdef type t = type(obj)
+    top = (t.__module__ or "").partition(".")[0]
+    if top == "tensorflow" and "Variable" in t.__name__:
+        return "; a tf.Variable: pass tf.convert_to_tensor(v), or v.read_value()"
+    if top == "pandas":
+        return ("; a pandas object without Arrow memory: pass x.to_numpy(), or an "
+                "Arrow-backed one (dtype='float32[pyarrow]')")
+    if isinstance(obj, str):
+        return "; a str is text, not an array: pass s.encode() for its bytes"
+    if isinstance(obj, (bool, int, float, complex)):
+        return ("; a Python number is not an array: pass numpy.asarray(x) (0-d), or "
+                "array.array('d', [x]) without NumPy")
+    if isinstance(obj, (list, tuple, range)):
+        return ("; a Python sequence holds objects, not an array: pass numpy.asarray(x), or "
+                "array.array('d', x) without NumPy (both copy)")
+    if getattr(obj, "__array__", None) is not None:
+        return "; it converts itself to NumPy (__array__): pass numpy.asarray(x)"
+    return ""
+
+
+def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
+             bint legacy_writable=False):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
-    ``impl_cls`` is pydlpack 0.2.1's (deprecated): ``dlpack.ctypes.DLManagedTensorVersioned``
-    makes a plain ``__dlpack__()`` give a versioned capsule; consumers that pass
-    ``max_version`` choose for themselves.
+    ``impl_cls`` is pydlpack 0.2.1's (deprecated; positional as in 0.2.1's
+    ``asdlpack(obj, impl_cls=None)``): ``dlpack.ctypes.DLManagedTensorVersioned`` makes a plain
+    ``__dlpack__()`` give a versioned capsule; consumers that pass ``max_version`` choose for
+    themselves.
     """
     cdef DLPackObject r
     cdef type t = type(obj)

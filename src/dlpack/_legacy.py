@@ -85,7 +85,7 @@ asdlpack_buffer = _via("buffer protocol", "asdlpack_buffer")
 
 def asdlpack_array_interface_v2(obj: object, impl_cls: object = None) -> DLPackObject:
     """0.2.1's placeholder for ``__array_shape__``/``__array_typestr__``; it always raised."""
-    deprecated("dlpack.asdlpack_array_interface_v2(obj)", "dlpack.asdlpack(obj)", 2)
+    deprecated("dlpack.asdlpack_array_interface_v2(obj)", "dlpack.asdlpack(obj)", 3)
     raise NotImplementedError(f"array interface v2: {type(obj).__name__} objects were never "
                               "supported (nor in 0.2.1); expose __array_interface__ (v3)")
 
@@ -133,7 +133,7 @@ class Buffer:
 
     def __init__(self, obj: object, flags: int = PyBUF_SIMPLE) -> None:
         deprecated("dlpack.Buffer(obj)", "memoryview(obj), and asdlpack(obj).data_ptr for the "
-                   "address", 2)
+                   "address", 3)
         view = memoryview(obj)              # type: ignore[arg-type]
         if flags & PyBUF_WRITABLE and view.readonly:
             raise BufferError(f"{type(obj).__name__} object's buffer is read-only")
@@ -213,7 +213,7 @@ class Capsule:
 
     def __init__(self, capsule: object) -> None:
         deprecated("dlpack.Capsule(capsule)", "ctypes.pythonapi.PyCapsule_* (pydlpack has no "
-                   "capsule wrapper)", 2)
+                   "capsule wrapper)", 3)
         self._wrap(capsule)
 
     def _wrap(self, capsule: object) -> None:
@@ -225,7 +225,7 @@ class Capsule:
     def new(cls, pointer: int, name: str | bytes | None,
             destructor: Callable[[Any], None] | None = None) -> Capsule:
         """A new capsule holding ``pointer`` (not NULL) under ``name``."""
-        deprecated("dlpack.Capsule.new(...)", "ctypes.pythonapi.PyCapsule_New", 2)
+        deprecated("dlpack.Capsule.new(...)", "ctypes.pythonapi.PyCapsule_New", 3)
         self = cls.__new__(cls)
         self._wrap(_capi.New(pointer, _name(name), _capi.Destructor()))
         if destructor is not None:
@@ -299,8 +299,6 @@ _REMOVED = ("MemoryManager", "DLManagedTensorImpl", "DLStructure")
 
 def attribute(name: str) -> object:
     """``dlpack.NAME`` for a pydlpack 0.2.1 name (module ``__getattr__``); AttributeError else."""
-    import sys
-
     if name in _SHIMS:
         return _SHIMS[name]
     if name in _ALIASES:
@@ -309,9 +307,6 @@ def attribute(name: str) -> object:
     if name in ("PyBUF_RECORDS_RO", "DLPACK_CAPSULE_VALID_NAME"):
         deprecated(f"dlpack.{name}", "its value" if name[0] == "P" else "b'dltensor'", 4)
         return globals()[name]
-    if name in ("buffer", "capsule"):
-        deprecated(f"dlpack.{name}", "memoryview (buffer) or ctypes.pythonapi (capsule)", 4)
-        return sys.modules[__name__]
     if name in _REMOVED:
         raise AttributeError(f"dlpack.{name} was pydlpack 0.2.1's internal machinery (raw "
                              "pointers handed out by hand) and is gone in 1.0; see "

@@ -12,7 +12,7 @@ from typing import Any
 
 import dlpack._capsule_api as _capi
 from dlpack._core import DLPackObject, _export_address, asdlpack
-from dlpack._types import (  # noqa: F401  (re-exported for C bindings)
+from dlpack._types import (  # re-exported for C bindings (__all__)
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
     FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED,
@@ -20,6 +20,29 @@ from dlpack._types import (  # noqa: F401  (re-exported for C bindings)
     DLDataTypeCode,
     DLDeviceType,
 )
+
+__all__ = [
+    "DLPACK_VERSION",
+    "FLAG_BITMASK_IS_COPIED",
+    "FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED",
+    "FLAG_BITMASK_READ_ONLY",
+    "DLDataType",
+    "DLDataTypeCode",
+    "DLDevice",
+    "DLDeviceType",
+    "DLManagedTensor",
+    "DLManagedTensorDeleter",
+    "DLManagedTensorVersioned",
+    "DLManagedTensorVersionedDeleter",
+    "DLPackExchangeAPI",
+    "DLPackExchangeAPIHeader",
+    "DLPackSetError",
+    "DLPackVersion",
+    "DLTensor",
+    "exchange_api",
+    "from_pointer",
+    "to_pointer",
+]
 
 
 class DLPackVersion(ctypes.Structure):

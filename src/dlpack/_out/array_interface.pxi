@@ -29,6 +29,45 @@ cdef dict _array_interface(DLPackObject self):
     _host_wait(self)
     return _interface(self, "__array_interface__")
 
+
+class _Interface:
+    """What ``__array__`` hands ``numpy.asarray``: the array interface alone (NumPy cannot come
+    back to ``__array__``) and the view itself, kept alive as the ndarray's base."""
+
+    __slots__ = ("__array_interface__", "view")
+
+    def __init__(self, interface, view):
+        self.__array_interface__ = interface
+        self.view = view
+
+
+cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
+    """``__array__``: a zero-copy ndarray of CPU data, read-only when the source is, with
+    NumPy 2's ``copy`` (spec §5); NumPy is imported here, not before."""
+    import numpy
+    cdef bint cpu = _host_accessible(self.dl.device.device_type)
+    if copy is False and not cpu:
+        raise ValueError(f"__array__(copy=False): the data is on {_device_name(self.dl.device)}"
+                         " and a NumPy array lives in host memory, so it needs a copy; pass "
+                         "copy=None or True (or use numpy.from_dlpack(dl, device='cpu'))")
+    if cpu:
+        try:
+            interface = _array_interface(self)
+        except AttributeError as e:
+            raise BufferError(str(e).replace("__array_interface__", "__array__", 1)) from None
+        arr = numpy.asarray(_Interface(interface, self))
+    else:
+        arr = numpy.from_dlpack(self, device="cpu", copy=True)   # a host copy (spec §10)
+    if dtype is not None and numpy.dtype(dtype) != arr.dtype:
+        if copy is False:
+            raise ValueError(f"__array__(dtype={numpy.dtype(dtype)}, copy=False): the data is "
+                             f"{arr.dtype}, so that dtype needs a copy; pass copy=None or True")
+        return arr.astype(dtype)
+    if copy and cpu:
+        return arr.copy()
+    return arr
+
+
 cdef dict _cuda_array_interface(DLPackObject self):
     if not _cuda_kind(self.dl.device.device_type):
         raise AttributeError(f"__cuda_array_interface__: the data is on "

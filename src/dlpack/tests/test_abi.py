@@ -60,3 +60,36 @@ def test_ctypes_structures_match_the_compiled_header(struct):
     cls = getattr(dlc, struct)
     assert ctypes.sizeof(cls) == size
     assert {name: getattr(cls, name).offset for name in offsets} == offsets
+
+
+def test_get_include_compiles_a_c_extension(tmp_path):
+    """``dlpack.get_include()`` is the directory a C extension builds against (as
+    ``numpy.get_include()``): a shared object compiled with ``-I`` it and
+    ``#include <dlpack/dlpack.h>`` agrees with dlpack.ctypes and pydlpack on the ABI, and frees
+    a tensor pydlpack hands it."""
+    import shutil
+    import subprocess
+
+    include = dlpack.get_include()
+    assert os.path.isfile(os.path.join(include, "dlpack", "dlpack.h"))
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "ext.c").write_text(
+        "#include <dlpack/dlpack.h>\n"
+        "int major(void) { return DLPACK_MAJOR_VERSION; }\n"
+        "unsigned long tensor_size(void) { return sizeof(DLTensor); }\n"
+        "long first(DLManagedTensorVersioned *m) {\n"
+        "    long v = ((unsigned char *)m->dl_tensor.data)[m->dl_tensor.byte_offset];\n"
+        "    m->deleter(m);\n"
+        "    return v;\n"
+        "}\n")
+    out = tmp_path / "ext.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-Wall", "-Werror", f"-I{include}", "-o", str(out),
+                    str(tmp_path / "ext.c")], check=True)
+    ext = ctypes.CDLL(str(out))
+    ext.tensor_size.restype = ctypes.c_ulong
+    ext.first.restype = ctypes.c_long
+    assert (ext.major(), _types.DLPACK_VERSION[0]) == (1, 1)
+    assert ext.tensor_size() == ctypes.sizeof(dlc.DLTensor)
+    assert ext.first(dlc.to_pointer(b"\x2a\x01")) == 42

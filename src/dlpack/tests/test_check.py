@@ -231,11 +231,33 @@ def test_json_usage_error_is_json():
 
 
 def test_help_lists_the_rules():
+    """Each rule with its whole first paragraph (never cut mid-sentence), in one column that
+    the longest name fits."""
     run = run_check("--help", env=dict(os.environ, COLUMNS="80"))
     assert run.returncode == 0
-    for name in RULES:
-        assert name in run.stdout
     assert max(len(line) for line in run.stdout.splitlines()) <= 80
+    text = run.stdout.split("rules, in the order they run")[1].split("\nexit status")[0]
+    rows = text.strip("\n").split("\n")[1:]
+    column = max(len(n) for n in RULES) + 3
+    starts = [r for r in rows if not r.startswith(" " * column)]
+    assert [r.split()[0] for r in starts] == RULES
+    for r in rows:
+        assert r[column - 1] == " " and r[column] != " ", r     # names never overrun
+    described: dict[str, str] = {}
+    for r in rows:
+        if r in starts:
+            name = r.split()[0]
+        described[name] = (described.get(name, "") + " " + r[column:]).strip()
+    for name, text in described.items():
+        assert text.endswith("."), (name, text)
+
+
+def test_factory_without_a_colon_is_a_usage_error():
+    run = run_check("myfactories", env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    assert run.returncode == 2 and "expected MODULE:FACTORY" in run.stderr
+    assert max(len(line) for line in run.stderr.splitlines()) <= 80
+    data = json.loads(run_check("--json", "dlpack.tools.producers").stdout)
+    assert data["exit_status"] == 2 and "dlpack.tools.producers" in data["error"]
 
 
 def test_numpy_and_pydlpack():
@@ -287,6 +309,7 @@ def test_every_shipped_factory_is_graded():
 
     needs = {"numpy": "numpy", "numpy_readonly": "numpy", "torch": "torch",
              "torch_requires_grad": "torch", "jax": "jax", "tensorflow": "tensorflow",
+             "tensorflow_tensor": "tensorflow",
              "pyarrow": "pyarrow", "tvm_ffi": "tvm_ffi", "pydlpack": "numpy",
              "pydlpack_bytes": "numpy", "pyarrow_chunked": "pyarrow", "polars": "polars",
              "polars_nulls": "polars", "nanoarrow": "nanoarrow", "arro3": "arro3",

@@ -4,6 +4,8 @@
 import array
 import ctypes
 import gc
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -257,3 +259,75 @@ def test_capsule_names_are_kept_as_exact_bytes():
     again = _legacy._name(b"dltensor")
     assert type(again) is bytes and bytes.__eq__(again, b"dltensor")
     assert all(type(k) is bytes for k in _legacy._NAMES)
+
+
+def warned_here(call):
+    """call() warns DeprecationWarning, every one of them at the line here that called it (the
+    user's line, never a line of pydlpack)."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            call()
+        except (TypeError, NotImplementedError):
+            pass
+    found = [(w.filename, w.lineno, str(w.message)) for w in record
+             if issubclass(w.category, DeprecationWarning)]
+    assert found and all(f == __file__ for f, _, _ in found), found
+
+
+@pytest.mark.parametrize("call", [
+    lambda: dlpack.Buffer(b"abc"),
+    lambda: dlpack.asdlpack_array_interface_v2(1),
+    lambda: dlpack.asdlpack_buffer(b"abc"),
+    lambda: dlpack.Capsule(object()),
+    lambda: dlpack.Capsule.new(id(dlpack), "x"),
+    lambda: asdlpack(b"abc", dlc.DLManagedTensor),
+    lambda: asdlpack(b"abc", impl_cls=dlc.DLManagedTensorVersioned),
+    lambda: dlpack._get_strides((2, 3)),
+    lambda: todict(asdlpack(b"abc"))["dl_tensor"],
+    lambda: DLDeviceType.from_label("DLCPU"),
+    lambda: DLDataTypeCode.kDLBfloat.label,
+    lambda: dlpack.DLTensor,
+    lambda: dlpack.PyBUF_RECORDS_RO,
+], ids=["Buffer", "v2", "asdlpack_buffer", "Capsule", "Capsule.new", "impl_cls-positional",
+        "impl_cls-keyword", "_get_strides", "dl_tensor", "from_label", "label", "DLTensor",
+        "PyBUF"])
+def test_deprecation_warnings_point_at_the_callers_line(call):
+    warned_here(call)
+
+
+def test_impl_cls_positional_as_in_0_2_1():
+    """0.2.1's signature was asdlpack(obj, impl_cls=None): its positional call still works."""
+    with pytest.warns(DeprecationWarning, match="impl_cls"):
+        dl = asdlpack(b"abc", dlc.DLManagedTensorVersioned)
+    assert dl.__dlpack__().__class__.__name__ == "PyCapsule"
+    assert todict(dl.__dlpack__())["version"] is not None
+
+
+def test_0_2_1_modules_import(tmp_path):
+    """``import dlpack.buffer`` and ``from dlpack.capsule import Capsule`` (0.2.1's modules)
+    work, warning once each at the importing line; their public names are there."""
+    user = tmp_path / "user.py"
+    user.write_text("import warnings\nwarnings.simplefilter('always')\n"
+                    "import dlpack.buffer\n"
+                    "from dlpack.capsule import Capsule, PyCapsule, PyCapsule_Destructor\n"
+                    "from dlpack.buffer import Buffer, PyBUF_RECORDS_RO, Py_ssize_t\n"
+                    "assert dlpack.buffer.__all__ == ['Buffer'] and Buffer is dlpack.Buffer\n"
+                    "assert Capsule is dlpack.Capsule and PyBUF_RECORDS_RO == 0x1C\n"
+                    "import dlpack.capsule\n")
+    run = subprocess.run([sys.executable, str(user)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert f"{user}:3: DeprecationWarning: the module dlpack.buffer" in run.stderr, run.stderr
+    assert f"{user}:4: DeprecationWarning: the module dlpack.capsule" in run.stderr
+    assert run.stderr.count("DeprecationWarning") == 2, run.stderr
+
+
+def test_submodules_are_attributes_of_the_package():
+    """``dlpack.ctypes`` and the other submodules work without importing them first."""
+    code = ("import dlpack, sys\n"
+            "assert 'dlpack.ctypes' not in sys.modules\n"
+            "assert dlpack.ctypes.DLTensor and dlpack.tools.__name__ and dlpack.tests.run\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert dlpack.ctypes.__all__ and set(dlpack.ctypes.__all__) <= set(dir(dlpack.ctypes))
+    assert not {"Any", "annotations", "ctypes", "warnings"} & set(dlpack.ctypes.__all__)

@@ -116,7 +116,8 @@ def test_cuda_without_gpu_exits_3_with_the_reason():
     except matrix.NoCuda:
         run = run_cli("--device", "cuda")
         assert run.returncode == 3 and run.stdout == ""
-        assert "no CUDA device here" in run.stderr and len(run.stderr.splitlines()) == 1
+        assert "no CUDA device here" in " ".join(run.stderr.split())
+        assert max(len(line) for line in run.stderr.splitlines()) <= 80   # not a terminal: 80
         run = run_cli("--device", "cuda", "--json")
         assert run.returncode == 3
         data = json.loads(run.stdout)
@@ -269,6 +270,12 @@ def test_cli_version_and_bad_filter():
     assert run_cli("--version").stdout.startswith("pydlpack ")
     bad = run_cli("--dtype", "float128")
     assert bad.returncode == 2 and "unknown --dtype" in bad.stderr
+    plain = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for columns, env in ((80, plain), (50, dict(plain, COLUMNS="50"))):
+        bad = run_cli("--provider", "foo", env=env)       # the usage error wraps to the width
+        assert bad.returncode == 2 and "unknown --provider foo" in bad.stderr
+        assert max(len(line) for line in bad.stderr.splitlines()) <= columns, bad.stderr
+        assert "numba" in bad.stderr                      # and nothing of it is cut
 
 
 def test_library_failing_to_import_is_listed(tmp_path):
@@ -319,3 +326,53 @@ def test_tensorflow_logs_suppressed(command):
     run = run_cli(*command, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
     assert run.returncode == 0, run.stderr
     assert run.stderr == "", run.stderr
+
+
+def test_cell_needing_a_missing_library_is_not_run():
+    """The README's "matrix of the libraries you already have" with only NumPy and torch: a
+    cell whose provider or read-back needs a library that is not installed (NumPy's bfloat16
+    and float8 need ml_dtypes) is not run and the library is named (docs/matrix.md
+    "not_run"); never ✗ or ? for it. Every other library is made absent for the run (a
+    sys.modules entry of None: its import raises ModuleNotFoundError)."""
+    lib("numpy")
+    lib("torch")
+    absent = [m for m, _ in matrix.LIBRARIES.values() if m not in ("numpy", "torch")]
+    code = (f"import sys; sys.modules.update(dict.fromkeys({absent!r}))\n"
+            "from dlpack.tools.matrix import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    run = subprocess.run([sys.executable, "-c", code, "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["providers"][-2:] == ["numpy", "torch"] and "jax" not in data["consumers"]
+    assert not [c for c in data["cells"] if "ModuleNotFound" in c["reason"]]
+    assert not [c for c in data["cells"] if c["status"] == "unverified"]
+    skipped = {(x["provider"], x["consumer"], x["dtype"]) for x in data["not_run"]}
+    assert skipped == {("numpy", c, d) for c in data["consumers"]
+                       for d in ("bfloat16", "float8_e4m3fn", "float8_e5m2")}
+    assert {x["library"] for x in data["not_run"]} == {"ml_dtypes"}
+    c = cells(data)
+    assert c["torch", "torch", "bfloat16"]["status"] == "ok"      # read back without ml_dtypes
+    assert c["torch", "numpy.asarray", "float8_e5m2"]["status"] == "ok"
+    text = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, COLUMNS="80")).stdout
+    assert f"not run: {len(skipped)} cells, which need ml_dtypes" in " ".join(text.split())
+    numpy_row = next(line for line in text.splitlines() if line.startswith("numpy ("))
+    assert "✗" not in numpy_row and "◐" not in numpy_row and "?" not in numpy_row
+
+
+def test_ml_types_read_back_from_their_bits():
+    """bfloat16 and float8 results, an opaque |V2 ndarray included, are read back from their
+    bits: every pattern decodes as ml_dtypes decodes it, and np.asarray cells are verified."""
+    np = lib("numpy")
+    ml_dtypes = lib("ml_dtypes")
+    for name, size in (("bfloat16", 2), ("float8_e4m3fn", 1), ("float8_e5m2", 1)):
+        patterns = np.arange(1 << (8 * size), dtype=f"u{size}")
+        with np.errstate(invalid="ignore"):        # NaN patterns
+            want = patterns.view(getattr(ml_dtypes, name)).astype(np.float64)
+        got = np.array([matrix._minifloat(int(b), name) for b in patterns])
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    lib("torch")
+    run = matrix.build(providers=["numpy", "torch"], consumers=["numpy.asarray"],
+                       dtypes=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+    assert {c["status"] for c in run["cells"]} == {"ok"}, run["cells"]

@@ -288,8 +288,10 @@ def test_unavailable_array_interface_lets_numpy_fall_back():
     assert not hasattr(dl, "__cuda_array_interface__")
     with pytest.raises(BufferError, match="int4"):
         memoryview(dl)
-    a = np.asarray(dl)                   # no interface, no buffer: NumPy wraps the object
-    assert a.dtype == object and a.shape == () and a.item() is dl
+    # No interface, no buffer: NumPy goes on to __array__, which refuses naming the dtype (spec
+    # §5) rather than let NumPy wrap the object in a 0-d object array.
+    with pytest.raises(BufferError, match="__array__: dtype int4"):
+        np.asarray(dl)
 
 
 def test_unavailable_cuda_array_interface_is_absent(fake):

@@ -1,11 +1,15 @@
 """Consumer side: __array_interface__ out (spec §5), zero-copy into NumPy and Pillow, and
 ml_dtypes views of opaque items."""
 
+import ctypes
+import gc
+import subprocess
+import sys
 
 import pytest
 
-from dlpack import asdlpack
-from dlpack.tests.helpers import Iface, lib
+from dlpack import asdlpack, from_address
+from dlpack.tests.helpers import CAI, Iface, cuda_floats, lib
 
 np = lib("numpy")
 
@@ -56,3 +60,68 @@ def test_pillow_fromarray():
     im = image.fromarray(asdlpack(t))
     assert im.size == (3, 2) and im.mode == "RGB"
     assert im.tobytes() == bytes(range(18))
+
+
+def test_array_method_zero_copy_readonly_and_copy_keyword():
+    """``__array__(dtype=None, copy=None)`` (spec §5): the zero-copy ndarray, read-only when
+    the source is; NumPy 2's ``copy``: False where a copy is needed raises ValueError."""
+    torch = lib("torch")
+    t = torch.arange(6, dtype=torch.float32)
+    dl = asdlpack(t)
+    a = dl.__array__()
+    assert a.dtype == np.float32 and a.ctypes.data == t.data_ptr() and a.flags.writeable
+    assert dl.__array__(copy=False).ctypes.data == t.data_ptr()
+    assert dl.__array__(np.float32, copy=False).ctypes.data == t.data_ptr()
+    copied = dl.__array__(copy=True)
+    assert copied.ctypes.data != t.data_ptr() and copied.tolist() == list(range(6))
+    assert dl.__array__(np.float64).tolist() == list(range(6))
+    with pytest.raises(ValueError, match=r"float64, copy=False.*needs a copy"):
+        dl.__array__(np.float64, copy=False)
+    ro = asdlpack(b"hello").__array__()
+    assert not ro.flags.writeable and bytes(ro) == b"hello"
+    kept = asdlpack(bytearray(b"xyz")).__array__()     # the view and its provider live on
+    gc.collect()
+    assert bytes(kept) == b"xyz"
+    raw = bytearray(1)
+    int4 = from_address(ctypes.addressof(ctypes.c_char.from_buffer(raw)), (2,), "int4",
+                        owner=raw)
+    with pytest.raises(BufferError, match="__array__"):      # no typestr for a sub-byte type
+        int4.__array__()
+
+
+def test_array_method_feeds_pandas_zero_copy():
+    """pandas asks ``len`` and ``__array__`` (else it iterates into float64 objects): a float32
+    tensor stays float32 at the same address, read-only memory stays read-only."""
+    pd = lib("pandas")
+    torch = lib("torch")
+    t = torch.arange(6, dtype=torch.float32)
+    s = pd.Series(asdlpack(t))
+    assert s.dtype == np.float32 and s.to_numpy().ctypes.data == t.data_ptr()
+    assert pd.DataFrame({"x": asdlpack(t)})["x"].dtype == np.float32
+    ro = np.arange(4.0)
+    ro.flags.writeable = False
+    col = pd.Series(asdlpack(ro)).to_numpy()
+    assert col.ctypes.data == ro.ctypes.data and not col.flags.writeable
+    assert len(asdlpack(t)) == 6 and bool(asdlpack(t[:0]))
+    with pytest.raises(TypeError, match="0-d"):
+        len(asdlpack(np.float64(1.0)))
+
+
+def test_array_method_of_device_data_copies_unless_forbidden(fake):
+    """CUDA data has no zero-copy ndarray: ``copy=False`` raises ValueError naming the device;
+    otherwise a host copy (spec §10)."""
+    ptr = cuda_floats(fake)
+    dl = asdlpack(CAI(ptr, stream=7, shape=(6,)))
+    with pytest.raises(ValueError, match=r"copy=False.*kDLCUDA:1.*host memory"):
+        dl.__array__(copy=False)
+    host = dl.__array__()
+    assert host.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and host.ctypes.data != ptr
+
+
+def test_array_method_imports_numpy_only_when_called():
+    """NumPy stays optional: nothing imports it until ``__array__`` is called."""
+    code = ("import sys, dlpack\n"
+            "dl = dlpack.asdlpack(bytearray(b'abc'))\n"
+            "assert len(dl) == 3 and 'numpy' not in sys.modules\n"
+            "assert dl.__array__().tobytes() == b'abc' and 'numpy' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

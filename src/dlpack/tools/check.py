@@ -990,9 +990,11 @@ def render_text(spec: str, results: list[Result], width: int | None = None) -> s
 def _epilog(width: int) -> str:
     """--help's list of rules and exit statuses, wrapped to ``width``."""
     lines = ["rules, in the order they run (docs/check.md says what each tries):"]
+    column = max(len(n) for n in RULES)
     for name in RULES:
-        lines += _wrap((REGISTRY[name].grade.__doc__ or "").splitlines()[0], width, " " * 25,
-                       f"  {name:<22} ")
+        doc = (REGISTRY[name].grade.__doc__ or "").strip()
+        summary = " ".join(doc.split("\n\n")[0].split())     # the whole first paragraph
+        lines += _wrap(summary, width, " " * (column + 3), f"  {name:<{column}} ")
     lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
                          "(or a factory could not be loaded or called); 2 usage error", width)]
     return "\n".join(lines)
@@ -1011,6 +1013,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output (schema in docs/check.md)")
     args = parser.parse_args(argv)
+    malformed = [f for f in args.factory if not all(f.partition(":")[::2])]
+    if malformed:
+        parser.error(f"{', '.join(malformed)}: expected MODULE:FACTORY, a module and the name "
+                     "of a callable in it (e.g. dlpack.tools.producers:numpy)")
     reports, status = [], 0
     for spec in args.factory:
         if not args.json:

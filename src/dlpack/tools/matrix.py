@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import NoReturn
 
 import dlpack
-from dlpack import asdlpack, todict
+from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
 
 SCHEMA = "pydlpack-matrix/1"
@@ -368,8 +368,11 @@ def _address(result) -> int | None:
     """Where a consumer's result keeps its first element (None when it cannot be told)."""
     try:
         info = todict(asdlpack(result, allow_legacy_readonly=True))
-    except Exception:
-        return None
+    except Exception:           # e.g. a |V2 ndarray, whose interface still says where it is
+        try:
+            return int(result.__array_interface__["data"][0])
+        except Exception:
+            return None
     return info["data"] + info["byte_offset"]
 
 
@@ -395,8 +398,51 @@ def _writable(result) -> tuple[bool | None, str]:
     return not flags & FLAG_BITMASK_READ_ONLY, "its own __dlpack__ carries no READ_ONLY flag"
 
 
+# The ML types as (exponent bits, mantissa bits, bias, whether all-ones exponent is inf/NaN):
+# their bit patterns are decoded here, so that reading a result back needs no library and an
+# opaque ``|V2`` array (what NumPy makes of them without ml_dtypes) can be checked too.
+_MINIFLOATS = {"bfloat16": (8, 7, 127, True), "float8_e4m3fn": (4, 3, 7, False),
+               "float8_e5m2": (5, 2, 15, True)}
+
+
+def _minifloat(bits: int, name: str) -> float:
+    """One bfloat16/float8 value from its bit pattern (IEEE-style; e4m3fn has NaN but no inf)."""
+    exp_bits, man_bits, bias, ieee = _MINIFLOATS[name]
+    sign = -1.0 if bits >> (exp_bits + man_bits) & 1 else 1.0
+    exp, man = bits >> man_bits & ((1 << exp_bits) - 1), bits & ((1 << man_bits) - 1)
+    top = (1 << exp_bits) - 1
+    if ieee and exp == top:
+        return sign * float("inf") if man == 0 else float("nan")
+    if not ieee and exp == top and man == (1 << man_bits) - 1:
+        return float("nan")
+    if exp == 0:
+        return sign * man / (1 << man_bits) * 2.0 ** (1 - bias)
+    return sign * (1 + man / (1 << man_bits)) * 2.0 ** (exp - bias)
+
+
+def _raw_bytes(result) -> bytes:
+    """The elements of a result in C order as bytes: an ndarray's own ``tobytes`` (a ``|V2``
+    ndarray speaks no protocol that can carry its type), else gathered through ``asdlpack``."""
+    if type(result).__module__ == "numpy" and hasattr(result, "tobytes"):
+        return result.tobytes()
+    dl = asdlpack(result, allow_legacy_readonly=True)
+    if dl.device[0] != DLDeviceType.kDLCPU:
+        raise ValueError(f"result is on device {dl.device}, not on the CPU")
+    out, size = bytearray(), dl.itemsize
+    index = [0] * dl.ndim
+    for _ in range(dl.size):
+        offset = sum(i * s for i, s in zip(index, dl.strides, strict=True)) * size
+        out += ctypes.string_at(dl.data_ptr + offset, size)
+        for axis in reversed(range(dl.ndim)):          # next index in C order
+            index[axis] += 1
+            if index[axis] < dl.shape[axis]:
+                break
+            index[axis] = 0
+    return bytes(out)
+
+
 def _values(result, name: str) -> list:
-    """A consumer's result as a flat list of Python numbers (ML types through ml_dtypes).
+    """A consumer's result as a flat list of Python numbers (ML types decoded from their bits).
 
     Raises when the result cannot be read back: the cell is then "cannot verify", never "wrong".
     """
@@ -409,22 +455,21 @@ def _values(result, name: str) -> list:
     elif type(result).__module__.startswith("jax") and any(
             d.platform != "cpu" for d in result.devices()):      # JAX array on a GPU
         result = _jax().device_get(result)
-    dl = asdlpack(result, allow_legacy_readonly=True)
-    view = memoryview(dl) if name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else None
-    if view is not None and view.format in ("?", "b", "B", "h", "i", "l", "q", "Q", "e", "f",
-                                            "d", "Zf", "Zd"):
-        item = {"Zf": "ff", "Zd": "dd"}.get(view.format, view.format)
-        found = struct.iter_unpack(item, view.tobytes())    # flat, any shape, no NumPy
-        return [complex(*x) if len(x) == 2 else x[0] for x in found]
-    import numpy as np
-
-    raw = np.asarray(dl)
-    want = _np_dtype(name)
-    if raw.nbytes != want.itemsize * len(VALUES):
-        raise ValueError(f"result holds {raw.nbytes} bytes ({raw.dtype}), expected "
-                         f"{len(VALUES)} {name} values")
-    return np.frombuffer(raw.tobytes(), want).astype(np.complex128 if want.kind == "c" else
-                                                     np.float64).tolist()
+    if name in _MINIFLOATS:
+        raw = _raw_bytes(result)
+        size = 2 if name == "bfloat16" else 1
+        if len(raw) != size * len(VALUES):
+            raise ValueError(f"result holds {len(raw)} bytes, expected {len(VALUES)} {name} "
+                             "values")
+        return [_minifloat(int.from_bytes(raw[i:i + size], sys.byteorder), name)
+                for i in range(0, len(raw), size)]
+    view = memoryview(asdlpack(result, allow_legacy_readonly=True))
+    if view.format not in ("?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d",
+                           "Zf", "Zd"):
+        raise ValueError(f"result has buffer format {view.format!r}, expected {name}")
+    item = {"Zf": "ff", "Zd": "dd"}.get(view.format, view.format)
+    found = struct.iter_unpack(item, view.tobytes())    # flat, any shape, no NumPy
+    return [complex(*x) if len(x) == 2 else x[0] for x in found]
 
 
 def _reason(e: BaseException) -> str:
@@ -496,8 +541,15 @@ def alignment_need(consumer: str) -> int | None:
     return None
 
 
+def _not_run(provider: str, consumer: str, name: str, e: ModuleNotFoundError) -> Cell:
+    """A cell that needs a library not installed here: not run, the library named (``reason``);
+    ``build`` lists it under ``not_run``, never as a failed or unverified exchange."""
+    return Cell(provider, consumer, name, "not_run", e.name or _reason(e))
+
+
 def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -> Cell | None:
-    """One exchange; None when the provider cannot make this dtype.
+    """One exchange; None when the provider cannot make this dtype, status ``not_run`` (the
+    missing library in ``reason``) when making it or reading it back needs one not installed.
 
     ``need``: the consumer's ``alignment_need`` (it explains copies of data not placed on it,
     and is noted on zero-copy cells, which depend on the placement).
@@ -506,6 +558,8 @@ def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -
         obj = make(provider, name)
     except NotApplicable:
         return None
+    except ModuleNotFoundError as e:        # e.g. NumPy's bfloat16 without ml_dtypes: not run
+        return _not_run(provider, consumer, name, e)
     except Exception as e:
         return Cell(provider, consumer, name, "fail", "provider: " + _reason(e))
     try:
@@ -516,6 +570,8 @@ def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -
         return Cell(provider, consumer, name, "fail", _reason(e))
     try:
         got = _values(result, name)
+    except ModuleNotFoundError as e:
+        return _not_run(provider, consumer, name, e)
     except Exception as e:
         return Cell(provider, consumer, name, "unverified",
                     "cannot read the result back: " + _reason(e))
@@ -740,12 +796,14 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
     names = [d for d in DTYPES if dtypes is None or d in dtypes]
     todo = [(p, c, d) for p in p_names for c in c_names for d in names]
     needs = {c: alignment_need(c) if device == "cpu" and todo else None for c in c_names}
-    cells = []
+    cells, not_run = [], []
     for i, (p, c, d) in enumerate(todo):
         if progress:
             progress(i, len(todo), p, c, d)
         cell = run_cell(p, c, d, needs[c])
-        if cell is not None:
+        if cell is not None and cell.status == "not_run":
+            not_run.append({"provider": p, "consumer": c, "dtype": d, "library": cell.reason})
+        elif cell is not None:
             cells.append(cell)
     if progress:
         progress(len(todo), len(todo), "", "", "")
@@ -760,6 +818,7 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
         + [{"role": "consumer", "name": k, "reason": v} for k, v in c_missing.items()],
         "pairs": _pairs(cells, p_names, c_names),
         "cells": [asdict(c) for c in cells],
+        "not_run": not_run,
         "exit_status": 1 if wrong else 0,
     }
 
@@ -849,6 +908,27 @@ def _unavailable(result: dict) -> list[str]:
     return out
 
 
+def _not_run_lines(result: dict) -> list[str]:
+    """One line per missing library: the cells it would run, by provider and dtypes."""
+    groups: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {}
+    by_pair: dict[tuple[str, str, str], list[str]] = {}
+    for x in result.get("not_run", []):
+        by_pair.setdefault((x["library"], x["provider"], x["consumer"]), []).append(x["dtype"])
+    for (library, p, c), ds in by_pair.items():
+        groups.setdefault(library, {}).setdefault((p, tuple(ds)), []).append(c)
+    out = []
+    for library, where in groups.items():
+        count = sum(len(ds) * len(cs) for (_, ds), cs in where.items())
+        parts: list[str] = []
+        for (p, ds), cs in where.items():
+            whom = "every consumer" if cs == result["consumers"] else \
+                ", ".join(SHORT.get(c, c) for c in cs)
+            parts.append(f"{p} → {whom} ({', '.join(ds)})")
+        out.append(f"not run: {count} cells, which need {library} (not installed; "
+                   f"pip install {library} runs them) — {'; '.join(parts)}")
+    return out
+
+
 def _totals(result: dict) -> str:
     """How many cells ended in each status."""
     counts = {s: sum(c["status"] == s for c in result["cells"]) for s in STATUSES}
@@ -932,9 +1012,9 @@ def render_text(result: dict, grid: bool = False, width: int | None = None) -> s
         for status, text, where in _notes(result):
             out += _wrap(f"{SYMBOLS[status]} {text}", width, "    ")
             out += _wrap("in: " + "; ".join(where), width, "      ", "    ")
-    if result["unavailable"]:
+    if result["unavailable"] or result.get("not_run"):
         out.append("")
-        for line in _unavailable(result):
+        for line in _unavailable(result) + _not_run_lines(result):
             out += _wrap(line, width, "    ")
     return "\n".join(line.rstrip() for line in out)
 
@@ -969,8 +1049,8 @@ def render_markdown(result: dict, grid: bool = False) -> str:
         for n, (status, text, where) in enumerate(_notes(result), 1):
             out.append(f"{n}. {SYMBOLS[status]} {text.replace('|', '/')} — in: "
                        + "; ".join(where))
-    if result["unavailable"]:
-        out += ["", *[f"- {line}" for line in _unavailable(result)]]
+    if result["unavailable"] or result.get("not_run"):
+        out += ["", *[f"- {line}" for line in _unavailable(result) + _not_run_lines(result)]]
     return "\n".join(line.rstrip() for line in out) + "\n"
 
 
@@ -996,10 +1076,13 @@ class JsonArgumentParser(argparse.ArgumentParser):
         return super().parse_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        """argparse's usage and message on stderr, the message wrapped to the terminal."""
         if self.wants_json:
             print(json.dumps({"schema": self.schema, "error": f"{self.prog}: {message}",
                               "exit_status": EXIT_USAGE}), flush=True)
-        super().error(message)
+        self.print_usage(sys.stderr)
+        text = "\n".join(_wrap(f"{self.prog}: error: {message}", terminal_width(), "  ", ""))
+        self.exit(EXIT_USAGE, text + "\n")
 
 
 def _names(table: dict, device: str | None = None) -> str:
@@ -1042,7 +1125,7 @@ def _runnable(device: str, providers: list[str] | None, dtypes: list[str] | None
                 for d in DTYPES:
                     try:
                         PROVIDERS[p][1](d)
-                    except NotApplicable:
+                    except (NotApplicable, ModuleNotFoundError):
                         continue
                     except Exception:
                         pass
@@ -1059,7 +1142,8 @@ def _runnable(device: str, providers: list[str] | None, dtypes: list[str] | None
 def _empty(device: str, cuda: dict | None, error: str, status: int) -> dict:
     """A result in the JSON schema for a run that could not start, with the reason."""
     return {"schema": SCHEMA, "header": header(device, cuda), "providers": [], "consumers": [],
-            "dtypes": [], "unavailable": [], "pairs": [], "cells": [], "error": error,
+            "dtypes": [], "unavailable": [], "pairs": [], "cells": [], "not_run": [],
+            "error": error,
             "exit_status": status}
 
 
@@ -1105,7 +1189,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 print(json.dumps(_empty("cuda", None, error, EXIT_NO_DEVICE), indent=1,
                                  ensure_ascii=False))
-            print(f"python -m dlpack: {error}", file=sys.stderr)
+            print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")),
+                  file=sys.stderr)
             return EXIT_NO_DEVICE
     progress = None
     if sys.stderr.isatty() and not args.json:
@@ -1124,7 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
         error = f"the matrix run itself failed: {_reason(e)}"
         if args.json:
             print(json.dumps(_empty(args.device, cuda, error, 1), indent=1, ensure_ascii=False))
-        print(f"python -m dlpack: {error}", file=sys.stderr)
+        print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")), file=sys.stderr)
         return 1
     if not result["cells"]:
         filtered = args.provider or args.consumer or args.dtype
@@ -1135,8 +1220,8 @@ def main(argv: list[str] | None = None) -> int:
         result["exit_status"] = EXIT_USAGE
         if args.json:
             print(json.dumps(result, indent=1, ensure_ascii=False))
-        print(f"python -m dlpack: {error}", file=sys.stderr)
-        for line in [*names.splitlines(), *_unavailable(result)]:
+        print("\n".join(_wrap(f"python -m dlpack: {error}", width, "  ", "")), file=sys.stderr)
+        for line in [*names.splitlines(), *_unavailable(result), *_not_run_lines(result)]:
             print("\n".join(_wrap(line, width, "    ", "  ")), file=sys.stderr)
         return EXIT_USAGE
     if args.json:

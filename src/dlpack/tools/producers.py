@@ -1,7 +1,8 @@
 """Producers for ``python -m dlpack check`` (``dlpack.tools.producers:NAME``), one per library.
 
-Each returns a small array of 0..5 the way a user of that library makes one. TensorFlow has no
-``__dlpack__``: ``tensorflow`` wraps its ``to_dlpack`` as the old-style producer it is.
+Each returns a small array of 0..5 the way a user of that library makes one. TensorFlow's
+tensors have a ``__dlpack__`` of their own (``tensorflow_tensor``); ``tensorflow`` wraps
+``tf.experimental.dlpack.to_dlpack``, the export TensorFlow documents, as an old-style producer.
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def tensorflow() -> TensorFlowProducer:
     import tensorflow as tf
 
     return TensorFlowProducer(tf.reshape(tf.constant(VALUES, dtype=tf.float32), (2, 3)))
+
+
+def tensorflow_tensor() -> Any:
+    """A plain float32 TensorFlow tensor, graded through its own ``__dlpack__``."""
+    import tensorflow as tf
+
+    return tf.reshape(tf.constant(VALUES, dtype=tf.float32), (2, 3))
 
 
 def pyarrow() -> Any:
