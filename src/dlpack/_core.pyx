@@ -361,7 +361,6 @@ cdef class DLPackObject:
         """The data as a NumPy array, zero-copy for CPU data and read-only when the source is
         (what pandas and scikit-learn call); ``copy=False`` where a copy is needed raises
         ``ValueError``, as NumPy 2 asks."""
-        _check_made(self)
         return _to_ndarray(self, dtype, copy)
 
     @property
