@@ -866,6 +866,8 @@ def _crash(rc: int | None, log: str) -> str:
             what = f"signal {-rc}"
     else:
         what = f"exit status {rc}"
+    tried = re.findall(r"^check: trying (.+)$", log, re.M)     # a rule's case, if it named it
+    what += f", trying {tried[-1]}" if tried else ""
     stdlib = sysconfig.get_paths()["stdlib"]
     frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)',
                         log.split("Fatal Python error")[-1])
@@ -996,6 +998,12 @@ def _epilog(width: int) -> str:
     for name in RULES:
         lines += _wrap((REGISTRY[name].grade.__doc__ or "").splitlines()[0], width, " " * 25,
                        f"  {name:<22} ")
+    from dlpack.tools import check_consumer     # it imports this module
+
+    lines += ["", "--consumer MODULE:CALLABLE: CALLABLE(producer) returns an array; its rules:"]
+    for name in check_consumer.RULES:
+        lines += _wrap((check_consumer.REGISTRY[name].grade.__doc__ or "").splitlines()[0],
+                       width, " " * 25, f"  {name:<22} ")
     lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
                          "(or a factory could not be loaded or called); 2 usage error", width)]
     return "\n".join(lines)
