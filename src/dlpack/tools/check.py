@@ -993,17 +993,19 @@ def render_text(spec: str, results: list[Result], width: int | None = None) -> s
 
 
 def _epilog(width: int) -> str:
-    """--help's list of rules and exit statuses, wrapped to ``width``."""
-    lines = ["rules, in the order they run (docs/check.md says what each tries):"]
-    for name in RULES:
-        lines += _wrap((REGISTRY[name].grade.__doc__ or "").splitlines()[0], width, " " * 25,
-                       f"  {name:<22} ")
-    from dlpack.tools import check_consumer     # it imports this module
+    """--help's list of rules (producers', then consumers') and exit statuses, to ``width``."""
+    from dlpack.tools import check_consumer  # it imports this module
 
-    lines += ["", "--consumer MODULE:CALLABLE: CALLABLE(producer) returns an array; its rules:"]
-    for name in check_consumer.RULES:
-        lines += _wrap((check_consumer.REGISTRY[name].grade.__doc__ or "").splitlines()[0],
-                       width, " " * 25, f"  {name:<22} ")
+    lines: list[str] = []
+    for title, names, registry in (
+            ("rules, in the order they run (docs/check.md says what each tries):", RULES,
+             REGISTRY),
+            ("--consumer MODULE:CALLABLE, CALLABLE(producer) returning an array, rules:",
+             check_consumer.RULES, check_consumer.REGISTRY)):
+        lines += ["", title] if lines else [title]
+        for name in names:
+            lines += _wrap((registry[name].grade.__doc__ or "").splitlines()[0], width,
+                           " " * 25, f"  {name:<22} ")
     lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
                          "(or a factory could not be loaded or called); 2 usage error", width)]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ import dlpack._capsule_api as _capi
 import dlpack.ctypes as dlc
 from dlpack._types import FLAG_BITMASK_IS_COPIED, FLAG_BITMASK_READ_ONLY
 from dlpack.tools import check
-from dlpack.tools.check import LEGACY, VERSIONED, _Fail, _NA, _Trampoline, _what
+from dlpack.tools.check import _NA, LEGACY, VERSIONED, _Fail, _Trampoline, _what
 
 RULES: list[str] = []              # names, in the order they run (the JSON's order)
 REGISTRY: dict[str, check.Rule] = {}
@@ -88,8 +88,9 @@ def _compact(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _gather(read: Callable[[int, int], bytes], first: int, shape: tuple[int, ...],
             strides: tuple[int, ...], itemsize: int) -> bytes:
     """Every element of a strided view, in C order, read with ``read(address, size)``."""
-    return b"".join(read(first + sum(i * s for i, s in zip(index, strides)) * itemsize,
-                         itemsize) for index in itertools.product(*map(range, shape)))
+    return b"".join(read(first + itemsize * sum(i * s for i, s in zip(index, strides,
+                                                                      strict=True)), itemsize)
+                    for index in itertools.product(*map(range, shape)))
 
 
 class Probe:
@@ -536,7 +537,7 @@ def _dtype_cases() -> dict[str, Layout]:
     for code, kind, sizes, fmt in ((0, "int", (8, 16, 32, 64), "bhiq"),
                                    (1, "uint", (8, 16, 32, 64), "BHIQ"),
                                    (2, "float", (16, 32, 64), "efd")):
-        for bits, f in zip(sizes, fmt):
+        for bits, f in zip(sizes, fmt, strict=True):
             cases[f"{kind}{bits}"] = Layout(struct.pack(f"<6{f}", *range(6)), (6,), (1,),
                                             (code, bits, 1))
     cases["bfloat16"] = Layout(b"".join(VALUES[i + 2:i + 4] for i in range(0, 24, 4)), (6,),
