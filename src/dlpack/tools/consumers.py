@@ -14,3 +14,11 @@ def tensorflow(producer: Any) -> Any:
     import tensorflow as tf
 
     return tf.experimental.dlpack.from_dlpack(producer.__dlpack__())
+
+
+def pyarrow_tensor(producer: Any) -> Any:
+    """PyArrow's importer is a class method: ``pyarrow.Tensor.from_dlpack``."""
+    import pyarrow as pa
+
+    return pa.Tensor.from_dlpack(producer)
+
