@@ -2,6 +2,7 @@
 crashes included; real consumers' stable results pinned; JSON and exit statuses."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -112,3 +113,13 @@ def test_real_consumers_pinned():
     assert got["dlpack:asdlpack"]["exchange-api"] == "pass"
     assert got["numpy:from_dlpack"]["exchange-api"] == "n/a"
     assert done.returncode == 1
+
+
+def test_help_lists_the_consumer_rules():
+    done = subprocess.run([sys.executable, "-m", "dlpack", "check", "--help"],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, COLUMNS="80"))
+    assert done.returncode == 0 and "--consumer" in done.stdout
+    for name in RULES:
+        assert f"  {name} " in done.stdout, name
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80

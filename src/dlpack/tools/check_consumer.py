@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
+import json
 import math
 import struct
 import sys
@@ -651,7 +652,11 @@ def exchange_api(s: Consumer) -> str:
             try:
                 result = s.consume(probe)
             except Exception as e:
-                outcomes.append(f"refused ({type(e).__name__})")
+                result = e
+            if isinstance(probe, ExchangeProbe) and not probe.exchanged:
+                raise _NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
+            if isinstance(result, Exception):
+                outcomes.append(f"refused ({type(result).__name__})")
                 continue
             got = seen(result)
             verdict, how = _compare(got, layout, probe) if got else ("unread", "")
@@ -660,8 +665,6 @@ def exchange_api(s: Consumer) -> str:
                 wrote = "written through"
             outcomes.append(f"{verdict} {how} {'read-only' if got and got.readonly else ''}"
                             f" {wrote}".strip())
-            if isinstance(probe, ExchangeProbe) and not probe.exchanged:
-                raise _NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
         if outcomes[0] != outcomes[1]:
             raise _Fail(f"{name}: exchange API → {outcomes[0]}; __dlpack__ → {outcomes[1]}")
         seen_paths.append(f"{name}: both {outcomes[0]}")
@@ -674,6 +677,4 @@ SUITE = check.Suite("dlpack.tools.check_consumer", RULES, Consumer,
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
-        import json
-
         check._worker(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), SUITE)

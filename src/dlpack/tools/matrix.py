@@ -1024,10 +1024,11 @@ def _epilog(width: int) -> str:
                  "failed; 2 usage error, or the filters select nothing that can run here (the "
                  "names that can are listed); 3 the --device asked for is not here", width,
                  "    ", "")
-    out += ["", "python -m dlpack check [--consumer] MODULE:CALLABLE [...] [--json]"]
-    out += _wrap("grade a library's DLPack producer (FACTORY), or with --consumer its "
-                 "from_dlpack, rule by rule (python -m dlpack check --help); every library's "
-                 "results: docs/check.md", width, "    ", "    ")
+    out += ["", "python -m dlpack check MODULE:FACTORY [...] [--json]",
+            "python -m dlpack check --consumer MODULE:CALLABLE [...] [--json]"]
+    out += _wrap("grade a library's DLPack producer (FACTORY() returns an array), or its "
+                 "from_dlpack (CALLABLE), rule by rule (python -m dlpack check --help); every "
+                 "library's results: docs/check.md", width, "    ", "    ")
     return "\n".join(out)
 
 
