@@ -2,7 +2,6 @@
 crashes included; real consumers' stable results pinned; JSON and exit statuses."""
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 
 from dlpack.tests import broken_consumers
 from dlpack.tests.broken_consumers import EXPECTED
+from dlpack.tests.test_check import crash_env
 from dlpack.tools.check_consumer import RULES, SUITE, Consumer, Layout, Probe, seen
 
 BROKEN = "dlpack.tests.broken_consumers:"
@@ -25,9 +25,9 @@ def failed(results):
     return [name for name, r in results.items() if r.status == "fail"]
 
 
-def run_check(*args, timeout=300):
+def run_check(*args, timeout=300, env=None):
     return subprocess.run([sys.executable, "-m", "dlpack", "check", *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env or crash_env())
 
 
 def test_correct_consumer_passes_every_rule():
@@ -116,9 +116,7 @@ def test_real_consumers_pinned():
 
 
 def test_help_lists_the_consumer_rules():
-    done = subprocess.run([sys.executable, "-m", "dlpack", "check", "--help"],
-                          capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, COLUMNS="80"))
+    done = run_check("--help", env=crash_env(COLUMNS="80"))
     assert done.returncode == 0 and "--consumer" in done.stdout
     for name in RULES:
         assert f"  {name} " in done.stdout, name
