@@ -121,3 +121,15 @@ def test_help_lists_the_consumer_rules():
     for name in RULES:
         assert f"  {name} " in done.stdout, name
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
+
+
+def test_in_process_grading_exits_cleanly():
+    """Probes outliving the rules (arrays, capsules freed at interpreter exit) still find
+    their deleters and destructors: the interpreter exits with status 0."""
+    code = ("from dlpack.tests import broken_consumers as b\n"
+            "from dlpack.tools.check_consumer import RULES, SUITE, Consumer\n"
+            "s = Consumer(b.correct)\n"
+            "print([SUITE.grade(s, name).status for name in RULES].count('fail'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=crash_env())
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr[-2000:]

@@ -35,8 +35,11 @@ REGISTRY: dict[str, check.Rule] = {}
 PATTERN = 0xA5                      # what a poisoning deleter writes over the data
 VALUES = struct.pack("<6f", 0, 1, 2, 3, 4, 5)
 WRITTEN = 42.0                      # what read-only writes through the result
-_KEEP: list = []                    # memory, structs and callbacks: never freed (a consumer
-                                    # that keeps a pointer past the deleter reads valid memory)
+# Memory, structs and callbacks handed to consumers, never freed: a consumer that keeps a
+# pointer past the deleter reads valid memory, and a deleter or capsule destructor run late (an
+# array freed at interpreter exit) still finds its callback (the list itself is never freed).
+_KEEP: list = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_KEEP))
 
 
 def rule(name: str) -> Callable[[Callable[[Consumer], str]], Callable[[Consumer], str]]:
@@ -180,6 +183,9 @@ def _DESTRUCTOR(capsule: int) -> None:
         address = _capi.RawGetPointer(capsule, name)
         _Trampoline(ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value)(
             address)
+
+
+_KEEP.append(_DESTRUCTOR)
 
 
 class LegacyProbe(Probe):
