@@ -304,7 +304,7 @@ class Consumer:
         except Exception as e:
             return "refused", type(e).__name__
         if must_refuse:
-            self._alive.append(result)      # never read, never dropped before the child exits
+            self._alive.append(result)      # never read; dropped as the rule ends (grade)
             return "wrong", f"accepted, returned {_what(result)}"
         got = seen(result)
         if got is None:
