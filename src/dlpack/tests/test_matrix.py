@@ -201,6 +201,7 @@ def test_help_lists_names_statuses_and_check():
     for name in [*matrix.PROVIDERS, *matrix.CONSUMERS, *matrix.STATUSES, *matrix.DTYPES]:
         assert name in text, name
     assert "python -m dlpack check MODULE:FACTORY" in text and "exit status" in text
+    assert "check --consumer MODULE:CALLABLE" in text and "docs/check.md" in text
     assert max(len(line) for line in text.splitlines()) <= 80
 
 

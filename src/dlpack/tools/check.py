@@ -341,14 +341,16 @@ RULES: list[str] = []              # names, in the order they run (the JSON's or
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(name: str, *, needs_export: bool = True):
+def rule(name: str, *, needs_export: bool = True, rules: list[str] = RULES,
+         registry: dict[str, Rule] = REGISTRY):
     """Register a rule under ``name``; it runs after those registered before it.
 
     ``needs_export``: n/a without grading when basic-export failed (nothing to ask for).
+    ``rules``/``registry``: another suite's (the consumer rules of tools.check_consumer).
     """
-    def register(grade: Callable[[Subject], str]) -> Callable[[Subject], str]:
-        RULES.append(name)
-        REGISTRY[name] = Rule(name, grade, needs_export)
+    def register(grade: Callable[[Any], str]) -> Callable[[Any], str]:
+        rules.append(name)
+        registry[name] = Rule(name, grade, needs_export)
         return grade
     return register
 
@@ -777,11 +779,11 @@ for _name, _grade in check_arrow.RULES.items():
 
 # -- running the rules ---------------------------------------------------------------------------
 
-def grade(s: Subject, name: str) -> Result:
+def grade(s: Any, name: str, registry: dict[str, Rule] = REGISTRY) -> Result:
     """One rule's result; a rule that raises unexpectedly fails with what it raised."""
-    r = REGISTRY[name]
+    r = registry[name]
     if r.needs_export and not s.usable:
-        return Result(name, "n/a", "not graded: basic-export did not pass")
+        return Result(name, "n/a", f"not graded: {next(iter(registry))} did not pass")
     try:
         status, evidence = "pass", r.grade(s)
     except _Fail as e:
@@ -809,7 +811,25 @@ def check(factory: Callable[[], object]) -> list[Result]:
     return [grade(s, name) for name in RULES]
 
 
-def _worker(spec: str, start: int, state: dict) -> NoReturn:
+@dataclass(frozen=True)
+class Suite:
+    """What ``check_isolated`` grades: producers (here) or consumers (tools.check_consumer)."""
+
+    module: str                  # its children run ``python -m MODULE --worker``
+    rules: list[str]
+    subject: Callable[[Callable[..., object]], Any]     # built from the loaded callable
+    grade: Callable[[Any, str], Result]
+    crashed: str                 # how a crash is reported: "the producer crashed a consumer"
+    loading: str                 # what ran when the first child died: "importing and calling…"
+    load_rule: str = "factory"   # the result's rule when the callable cannot be loaded
+    who: str = "producer"
+
+
+PRODUCERS = Suite("dlpack.tools.check", RULES, Subject, grade, "the producer crashed a consumer",
+                  "importing and calling FACTORY")
+
+
+def _worker(spec: str, start: int, state: dict, suite: Suite | None = None) -> NoReturn:
     """The child of ``check_isolated``: a JSON line before and after each rule, on the original
     standard output; whatever else is printed goes to the parent's log."""
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -824,17 +844,18 @@ def _worker(spec: str, start: int, state: dict) -> NoReturn:
 
     with quiet_native_stderr():
         faulthandler.enable(sys.stderr)
-        send(start="factory")
+        suite = suite or PRODUCERS
+        send(start=suite.load_rule)
         try:
-            s = Subject(load(spec))
+            s = suite.subject(load(spec))
         except Exception as e:
-            send(result=asdict(Result("factory", "fail", " ".join(
+            send(result=asdict(Result(suite.load_rule, "fail", " ".join(
                 f"{type(e).__name__}: {e}".split()))))
             os._exit(0)
         s.restore(state)
-        for name in RULES[start:]:
+        for name in suite.rules[start:]:
             send(start=name)
-            result = grade(s, name)
+            result = suite.grade(s, name)
             send(result=asdict(result), state=s.state())
         channel.flush()
         os._exit(0)          # no interpreter teardown: a producer's leftovers cannot crash it
@@ -851,6 +872,8 @@ def _crash(rc: int | None, log: str) -> str:
             what = f"signal {-rc}"
     else:
         what = f"exit status {rc}"
+    tried = re.findall(r"^check: trying (.+)$", log, re.M)     # a rule's case, if it named it
+    what += f", trying {tried[-1]}" if tried else ""
     stdlib = sysconfig.get_paths()["stdlib"]
     frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)',
                         log.split("Fatal Python error")[-1])
@@ -868,19 +891,22 @@ def _child_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
 
 
-def check_isolated(spec: str) -> Iterator[Result]:
+def check_isolated(spec: str, suite: Suite | None = None) -> Iterator[Result]:
     """Every rule against ``MODULE:FACTORY``, run in child processes, yielded as decided.
 
     A crash (or a rule running past TIMEOUT) fails the rule that was running, and the rules
     after it resume in a new child; when basic-export is what crashed, the rules that need an
     export are n/a. A factory that cannot be loaded or called gives one ``factory`` result.
+    ``suite``: what is graded (producers by default; tools.check_consumer's consumers).
     """
+    suite = suite or PRODUCERS
+    rules, load_rule = suite.rules, suite.load_rule
     state: dict = {}
     start = 0
-    while start < len(RULES):
+    while start < len(rules):
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
             child = subprocess.Popen(
-                [sys.executable, "-m", "dlpack.tools.check", "--worker", spec, str(start),
+                [sys.executable, "-m", suite.module, "--worker", spec, str(start),
                  json.dumps(state)], stdout=subprocess.PIPE, stderr=log,
                 stdin=subprocess.DEVNULL, env=_child_env(), text=True, encoding="utf-8",
                 errors="replace")
@@ -897,7 +923,7 @@ def check_isolated(spec: str) -> Iterator[Result]:
             scribbled: str | None = None    # a line the producer wrote into the channel
             last = time.monotonic()     # when the last line came
             exited: float | None = None     # when the worker was seen gone
-            while start < len(RULES):
+            while start < len(rules):
                 try:
                     line = lines.get(timeout=POLL)
                 except queue.Empty:
@@ -921,16 +947,16 @@ def check_isolated(spec: str) -> Iterator[Result]:
                         running = message["start"]
                         continue
                     result = Result(**message["result"])
-                    if result.rule != "factory" and (result.rule not in RULES or type(
+                    if result.rule != load_rule and (result.rule not in rules or type(
                             message["state"]) is not dict):
                         raise ValueError(result.rule)
                 except (ValueError, TypeError, KeyError):
                     child.kill()
-                    scribbled = ("the producer wrote into the checker's result channel: "
+                    scribbled = (f"the {suite.who} wrote into the checker's result channel: "
                                  f"{line.strip()[:80]!r}")
                     break
                 running = None
-                if result.rule == "factory":
+                if result.rule == load_rule:
                     child.wait()
                     yield result
                     return
@@ -942,18 +968,18 @@ def check_isolated(spec: str) -> Iterator[Result]:
             except subprocess.TimeoutExpired:
                 child.kill()
                 rc = child.wait()
-            if start >= len(RULES):
+            if start >= len(rules):
                 return
             log.seek(0)
             how = _crash(None if timed_out else rc, log.read())
-        if start == 0 and running in (None, "factory"):
-            yield Result("factory", "fail", scribbled or "importing and calling FACTORY ended "
-                         f"the checker's child process: {how}")
+        if start == 0 and running in (None, load_rule):
+            yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
+                         f"child process: {how}")
             return
-        yield Result(RULES[start], "fail", scribbled or (
-            f"the producer crashed a consumer: {how}" if not timed_out
+        yield Result(rules[start], "fail", scribbled or (
+            f"{suite.crashed}: {how}" if not timed_out
             else f"the rule did not finish: {how}"))
-        if RULES[start] == "basic-export":
+        if start == 0:
             state = {"usable": False}
         start += 1
 
@@ -988,13 +1014,21 @@ def render_text(spec: str, results: list[Result], width: int | None = None) -> s
 
 
 def _epilog(width: int) -> str:
-    """--help's list of rules and exit statuses, wrapped to ``width``."""
-    lines = ["rules, in the order they run (docs/check.md says what each tries):"]
-    column = max(len(n) for n in RULES)
-    for name in RULES:
-        doc = (REGISTRY[name].grade.__doc__ or "").strip()
-        summary = " ".join(doc.split("\n\n")[0].split())     # the whole first paragraph
-        lines += _wrap(summary, width, " " * (column + 3), f"  {name:<{column}} ")
+    """--help's list of rules (producers', then consumers') and exit statuses, to ``width``."""
+    from dlpack.tools import check_consumer  # it imports this module
+
+    lines: list[str] = []
+    for title, names, registry in (
+            ("rules, in the order they run (docs/check.md says what each tries):", RULES,
+             REGISTRY),
+            ("--consumer MODULE:CALLABLE, CALLABLE(producer) returning an array, rules:",
+             check_consumer.RULES, check_consumer.REGISTRY)):
+        lines += ["", title] if lines else [title]
+        column = max(len(n) for n in names)
+        for name in names:
+            doc = (registry[name].grade.__doc__ or "").strip()
+            summary = " ".join(doc.split("\n\n")[0].split())     # the whole first paragraph
+            lines += _wrap(summary, width, " " * (column + 3), f"  {name:<{column}} ")
     lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
                          "(or a factory could not be loaded or called); 2 usage error", width)]
     return "\n".join(lines)
@@ -1012,22 +1046,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="e.g. dlpack.tools.producers:numpy")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output (schema in docs/check.md)")
+    parser.add_argument("--consumer", action="store_true",
+                        help="grade consumers instead: each MODULE:CALLABLE takes a producer "
+                        "and returns an array (numpy:from_dlpack; docs/check.md)")
     args = parser.parse_args(argv)
     malformed = [f for f in args.factory if not all(f.partition(":")[::2])]
     if malformed:
         parser.error(f"{', '.join(malformed)}: expected MODULE:FACTORY, a module and the name "
                      "of a callable in it (e.g. dlpack.tools.producers:numpy)")
+    suite, key, head = PRODUCERS, "factory", "python -m dlpack check"
+    if args.consumer:
+        from dlpack.tools import check_consumer
+        suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
+        for spec in args.factory:         # a consumer that does not load is a usage error
+            try:
+                load(spec)
+            except Exception as e:
+                parser.error(f"{spec}: {type(e).__name__}: {e}")
     reports, status = [], 0
     for spec in args.factory:
         if not args.json:
-            print(f"python -m dlpack check {spec}", flush=True)
+            print(f"{head} {spec}", flush=True)
         results = []
-        for r in check_isolated(spec):
+        for r in check_isolated(spec, suite):
             results.append(r)
             if not args.json:
                 print(render_result(r, width), flush=True)
         status |= any(r.status == "fail" for r in results)
-        reports.append({"factory": spec, "results": [asdict(r) for r in results]})
+        reports.append({key: spec, "results": [asdict(r) for r in results]})
         if not args.json:
             print(_verdict(results), flush=True)
     if args.json:

@@ -1107,9 +1107,11 @@ def _epilog(width: int) -> str:
                  "failed; 2 usage error, or the filters select nothing that can run here (the "
                  "names that can are listed); 3 the --device asked for is not here", width,
                  "    ", "")
-    out += ["", "python -m dlpack check MODULE:FACTORY [...] [--json]"]
-    out += _wrap("grade a library's DLPack producer rule by rule (python -m dlpack check "
-                 "--help)", width, "    ", "    ")
+    out += ["", "python -m dlpack check MODULE:FACTORY [...] [--json]",
+            "python -m dlpack check --consumer MODULE:CALLABLE [...] [--json]"]
+    out += _wrap("grade a library's DLPack producer (FACTORY() returns an array), or its "
+                 "from_dlpack (CALLABLE), rule by rule (python -m dlpack check --help); every "
+                 "library's results: docs/check.md", width, "    ", "    ")
     return "\n".join(out)
 
 
@@ -1154,7 +1156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = JsonArgumentParser(
         SCHEMA, "Which installed library can hand which dtype to which other library, "
         "zero-copy, through pydlpack's asdlpack(). `python -m dlpack check MODULE:FACTORY` "
-        "grades a producer's DLPack implementation instead.", width,
+        "grades a producer's DLPack implementation instead, `python -m dlpack check --consumer "
+        "MODULE:CALLABLE` a consumer's (docs/check.md).", width,
         prog="python -m dlpack", epilog=_epilog(width))
     parser.add_argument("--version", action="version", version=f"pydlpack {dlpack.__version__}")
     form = parser.add_mutually_exclusive_group()

@@ -1,0 +1,135 @@
+"""`python -m dlpack check --consumer` (spec §12): broken consumers each fail by their rule,
+crashes included; real consumers' stable results pinned; JSON and exit statuses."""
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from dlpack.tests import broken_consumers
+from dlpack.tests.broken_consumers import EXPECTED
+from dlpack.tests.test_check import crash_env
+from dlpack.tools.check_consumer import RULES, SUITE, Consumer, Layout, Probe, seen
+
+BROKEN = "dlpack.tests.broken_consumers:"
+
+
+def verdicts(consume):
+    s = Consumer(consume)
+    return {name: SUITE.grade(s, name) for name in RULES}
+
+
+def failed(results):
+    return [name for name, r in results.items() if r.status == "fail"]
+
+
+def run_check(*args, timeout=300, env=None):
+    return subprocess.run([sys.executable, "-m", "dlpack", "check", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env or crash_env())
+
+
+def test_correct_consumer_passes_every_rule():
+    got = verdicts(broken_consumers.correct)
+    assert failed(got) == [], got
+    assert got["exchange-api"].status == "n/a"
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n != "null_strides_segfault"])
+def test_broken_consumer_fails_by_its_rule_only(name):
+    got = verdicts(getattr(broken_consumers, name))
+    assert failed(got) == [EXPECTED[name]], got
+
+
+def test_early_deleter_is_caught_by_the_pattern():
+    """The deleter overwrites the data; the dangling array shows it."""
+    got = verdicts(broken_consumers.deletes_early)["deleter-once"]
+    assert "reads the pattern the deleter wrote" in got.evidence
+
+
+def test_probe_layouts_read_back_as_expected():
+    """The checker's own probes: asdlpack reads each strides case as the layout says."""
+    from dlpack import asdlpack
+    from dlpack.tools.check_consumer import _STRIDES, _compare
+
+    for name, layout in _STRIDES.items():
+        probe = Probe(layout)
+        assert _compare(seen(asdlpack(probe)), layout, probe)[0] == "ok", name
+    assert Layout(shape=(6,), strides=(-1,), offset=20).expected() == \
+        struct.pack("<6f", 5, 4, 3, 2, 1, 0)
+
+
+def test_cli_grades_every_broken_consumer_and_survives_the_crash():
+    """One run: exit 1, valid JSON, each broken consumer failed by exactly its rule; the
+    segfaulting one fails strides naming the signal and the frame, and the rules after it run."""
+    specs = [BROKEN + "correct", *(BROKEN + n for n in EXPECTED)]
+    done = run_check("--consumer", "--json", *specs)
+    assert done.returncode == 1, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert data["exit_status"] == 1 and data["schema"] == "pydlpack-check/1"
+    assert [r["consumer"] for r in data["reports"]] == specs
+    for report in data["reports"]:
+        assert [r["rule"] for r in report["results"]] == RULES
+        assert all(set(r) == {"rule", "status", "evidence"} and r["status"] in
+                   ("pass", "fail", "n/a") for r in report["results"])
+        name = report["consumer"].rpartition(":")[2]
+        assert [r["rule"] for r in report["results"] if r["status"] == "fail"] == \
+            ([EXPECTED[name]] if name in EXPECTED else []), report
+    crash = {r["rule"]: r for r in data["reports"][-1]["results"]}["strides"]
+    assert "signal 11 (SIGSEGV), trying legacy NULL" in crash["evidence"]
+    assert "broken_consumers.py" in crash["evidence"]
+
+
+def test_exit_status_0_and_text_output():
+    done = run_check("--consumer", BROKEN + "correct")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"python -m dlpack check --consumer {BROKEN}correct"
+    assert lines[-1] == "  every rule passed or does not apply"
+    assert all(len(line) <= 80 for line in lines)
+
+
+@pytest.mark.parametrize("spec", ["numpy", "dlpack.no_such_module:f", "dlpack:no_such_name"])
+def test_usage_errors_exit_2(spec):
+    done = run_check("--consumer", "--json", spec)
+    assert done.returncode == 2
+    assert json.loads(done.stdout.splitlines()[0])["exit_status"] == 2
+
+
+def test_real_consumers_pinned():
+    """Stable upstream results (docs/check.md explains each failure)."""
+    pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    done = run_check("--consumer", "--json", "numpy:from_dlpack", "dlpack:asdlpack",
+                     "torch:from_dlpack")
+    data = json.loads(done.stdout)
+    got = {r["consumer"]: {x["rule"]: x["status"] for x in r["results"]}
+           for r in data["reports"]}
+    fails = {spec: sorted(k for k, v in rules.items() if v == "fail")
+             for spec, rules in got.items()}
+    assert fails == {"numpy:from_dlpack": ["hostile"], "dlpack:asdlpack": [],
+                     "torch:from_dlpack": ["hostile", "read-only", "strides"]}
+    assert got["dlpack:asdlpack"]["exchange-api"] == "pass"
+    assert got["numpy:from_dlpack"]["exchange-api"] == "n/a"
+    assert done.returncode == 1
+
+
+def test_help_lists_the_consumer_rules():
+    done = run_check("--help", env=crash_env(COLUMNS="80"))
+    assert done.returncode == 0 and "--consumer" in done.stdout
+    for name in RULES:
+        assert f"  {name} " in done.stdout, name
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+
+
+def test_in_process_grading_exits_cleanly():
+    """Probes outliving the rules (arrays, capsules freed at interpreter exit) still find
+    their deleters and destructors: the interpreter exits with status 0."""
+    code = ("from dlpack.tests import broken_consumers as b\n"
+            "from dlpack.tools.check_consumer import RULES, SUITE, Consumer\n"
+            "s = Consumer(b.correct)\n"
+            "print([SUITE.grade(s, name).status for name in RULES].count('fail'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=crash_env())
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr[-2000:]

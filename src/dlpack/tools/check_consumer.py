@@ -1,0 +1,686 @@
+"""``python -m dlpack check --consumer MODULE:CALLABLE``: grade a DLPack consumer (spec §12).
+
+``CALLABLE(producer)`` returns the consumer's array (``numpy:from_dlpack``). Each rule hands it
+producers built here with ctypes: a ``DLManagedTensorVersioned`` (or legacy ``DLManagedTensor``)
+over memory the checker owns, in a capsule whose name, version, flags, ``byte_offset``, strides,
+dtype and device the rule chooses, and a deleter that counts its calls (and, for
+``deleter-once``, overwrites the data with a pattern, so a dangling array shows it). Results are
+read back through ``asdlpack``. The rules run in child processes through tools.check's runner:
+a consumer that crashes fails the rule that was running, and the next rule goes on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import json
+import math
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import dlpack._capsule_api as _capi
+import dlpack.ctypes as dlc
+from dlpack._types import FLAG_BITMASK_IS_COPIED, FLAG_BITMASK_READ_ONLY
+from dlpack.tools import check
+from dlpack.tools.check import _NA, LEGACY, VERSIONED, _Fail, _Trampoline, _what
+
+RULES: list[str] = []              # names, in the order they run (the JSON's order)
+REGISTRY: dict[str, check.Rule] = {}
+PATTERN = 0xA5                      # what a poisoning deleter writes over the data
+VALUES = struct.pack("<6f", 0, 1, 2, 3, 4, 5)
+WRITTEN = 42.0                      # what read-only writes through the result
+# Memory, structs and callbacks handed to consumers, never freed: a consumer that keeps a
+# pointer past the deleter reads valid memory, and a deleter or capsule destructor run late (an
+# array freed at interpreter exit) still finds its callback (the list itself is never freed).
+_KEEP: list = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_KEEP))
+
+
+def rule(name: str) -> Callable[[Callable[[Consumer], str]], Callable[[Consumer], str]]:
+    """Register a consumer rule (tools.check's registry mechanism, this module's list)."""
+    return check.rule(name, needs_export=False, rules=RULES, registry=REGISTRY)
+
+
+def _buffer(payload: bytes) -> int:
+    """A 256-byte aligned copy of ``payload`` the checker owns (never freed)."""
+    raw = ctypes.create_string_buffer(len(payload) + 256)
+    _KEEP.append(raw)
+    address = (ctypes.addressof(raw) + 255) & ~255
+    ctypes.memmove(address, payload, len(payload))
+    return address
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One tensor a rule hands out; ``offset`` moves ``data`` itself, ``byte_offset`` does not."""
+
+    payload: bytes = VALUES
+    shape: tuple[int, ...] = (2, 3)
+    strides: tuple[int, ...] | None = (3, 1)     # in elements; None: NULL
+    dtype: tuple[int, int, int] = (2, 32, 1)     # code, bits, lanes
+    offset: int = 0
+    byte_offset: int = 0
+    flags: int = 0
+    version: tuple[int, int] | None = (1, 3)     # None: 'dltensor' capsules, whatever is asked
+    device: tuple[int, int] = (1, 0)
+    ndim: int | None = None                      # a lie about ndim (hostile)
+    null_data: bool = False
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype[1] * self.dtype[2] // 8
+
+    def expected(self) -> bytes:
+        """The bytes, in C order, that a right import holds."""
+        return _gather(lambda at, n: self.payload[at:at + n], self.offset + self.byte_offset,
+                       self.shape, self.strides or _compact(self.shape), self.itemsize)
+
+
+def _compact(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        strides[i], step = step, step * shape[i]
+    return tuple(strides)
+
+
+def _gather(read: Callable[[int, int], bytes], first: int, shape: tuple[int, ...],
+            strides: tuple[int, ...], itemsize: int) -> bytes:
+    """Every element of a strided view, in C order, read with ``read(address, size)``."""
+    return b"".join(read(first + itemsize * sum(i * s for i, s in zip(index, strides,
+                                                                      strict=True)), itemsize)
+                    for index in itertools.product(*map(range, shape)))
+
+
+class Probe:
+    """A producer of one Layout: records each ``__dlpack__`` call, counts deleter calls."""
+
+    KEYWORDS = frozenset({"stream", "max_version", "dl_device", "copy"})
+
+    def __init__(self, layout: Layout = Layout(), *, poison: bool = False) -> None:
+        self.layout = layout
+        self.base = _buffer(layout.payload)
+        self.first = self.base + layout.offset + layout.byte_offset
+        self.calls: list[dict] = []
+        self.capsules: list = []     # every capsule handed out, to read its name afterwards
+        self.deleted = 0
+        self.exchanged = 0           # calls of the exchange API (ExchangeProbe)
+        self.poison = poison
+
+        def deleter(_address: int) -> None:
+            self.deleted += 1
+            if self.poison:
+                ctypes.memset(self.base, PATTERN, len(layout.payload))
+
+        self.deleter = _Trampoline(deleter)
+        _KEEP.append(self.deleter)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.layout.device
+
+    def __dlpack__(self, **kwargs: Any) -> object:
+        self.calls.append(kwargs)
+        unknown = set(kwargs) - self.KEYWORDS
+        if unknown:
+            raise TypeError(f"__dlpack__() got unexpected keyword arguments {sorted(unknown)}")
+        device = kwargs.get("dl_device")
+        if device is not None and tuple(device) != self.layout.device:
+            raise BufferError(f"the data is on device {self.layout.device}; this producer does "
+                              f"not copy to {tuple(device)}")
+        if kwargs.get("copy"):
+            raise BufferError("this producer makes no copies")
+        asked = kwargs.get("max_version")
+        versioned = asked is not None and asked[0] >= 1 and self.layout.version is not None
+        if not versioned and self.layout.flags & FLAG_BITMASK_READ_ONLY:
+            raise BufferError("read-only data: a legacy 'dltensor' capsule cannot say so")
+        return self.capsule(versioned)
+
+    def managed(self, versioned: bool) -> int:
+        """A new managed tensor of the layout (kept for the life of the process)."""
+        lay = self.layout
+        ndim = len(lay.shape)
+        shape = (ctypes.c_int64 * max(ndim, 1))(*lay.shape)
+        strides = (ctypes.c_int64 * max(ndim, 1))(*(lay.strides or ()))
+        m = (dlc.DLManagedTensorVersioned if versioned else dlc.DLManagedTensor)()
+        t = m.dl_tensor
+        t.data = None if lay.null_data else self.base + lay.offset
+        t.device = dlc.DLDevice(*lay.device)
+        t.ndim = ndim if lay.ndim is None else lay.ndim
+        t.dtype = dlc.DLDataType(*lay.dtype)
+        t.byte_offset = lay.byte_offset
+        if ndim:
+            t.shape = shape
+            if lay.strides is not None:
+                t.strides = strides
+        if versioned:
+            m.version = dlc.DLPackVersion(*(lay.version or (1, 3)))
+            m.flags = lay.flags
+        m.deleter = ctypes.cast(self.deleter, type(m.deleter))
+        _KEEP.extend([shape, strides, m])
+        return ctypes.addressof(m)
+
+    def capsule(self, versioned: bool) -> object:
+        name = VERSIONED if versioned else LEGACY
+        capsule = _capi.New(self.managed(versioned), name, _DESTRUCTOR)
+        self.capsules.append(capsule)
+        return capsule
+
+    def names(self) -> list[str]:
+        return [(check.capsule_name(c) or b"").decode() for c in self.capsules]
+
+
+@_capi.Destructor
+def _DESTRUCTOR(capsule: int) -> None:
+    """An unconsumed capsule's destructor: call the deleter, as producers do."""
+    name = _capi.RawGetName(capsule)
+    if name in (VERSIONED, LEGACY):
+        kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
+        address = _capi.RawGetPointer(capsule, name)
+        _Trampoline(ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value)(
+            address)
+
+
+_KEEP.append(_DESTRUCTOR)
+
+
+class LegacyProbe(Probe):
+    """A pre-2023.12 producer: ``max_version`` (any keyword but ``stream``) is a TypeError."""
+
+    def __dlpack__(self, **kwargs: Any) -> object:
+        if set(kwargs) - {"stream"}:
+            self.calls.append(kwargs)
+            raise TypeError(f"__dlpack__() got an unexpected keyword argument "
+                            f"{sorted(set(kwargs) - {'stream'})[0]!r}")
+        return super().__dlpack__(**kwargs)
+
+
+def _from_object(probe: Probe, out: Any) -> int:
+    probe.exchanged += 1
+    out[0] = ctypes.cast(probe.managed(True), ctypes.POINTER(dlc.DLManagedTensorVersioned))
+    return 0
+
+
+def _dltensor_from_object(probe: Probe, out: Any) -> int:
+    probe.exchanged += 1
+    m = dlc.DLManagedTensorVersioned.from_address(probe.managed(True))
+    ctypes.memmove(out, ctypes.addressof(m.dl_tensor), ctypes.sizeof(dlc.DLTensor))
+    return 0
+
+
+def _no_stream(_device_type: int, _device_id: int, out: Any) -> int:
+    out[0] = None
+    return 0
+
+
+def _exchange_api() -> object:
+    """A DLPack 1.3 exchange API that exports a probe as its ``__dlpack__`` would."""
+    api = dlc.DLPackExchangeAPI()
+    api.header.version = dlc.DLPackVersion(1, 3)
+    fields = dict(dlc.DLPackExchangeAPI._fields_)
+    for name, function in (("managed_tensor_from_py_object_no_sync", _from_object),
+                           ("dltensor_from_py_object_no_sync", _dltensor_from_object),
+                           ("current_work_stream", _no_stream),
+                           ("managed_tensor_allocator", lambda *args: -1),
+                           ("managed_tensor_to_py_object_no_sync", lambda *args: -1)):
+        callback = fields[name](function)
+        setattr(api, name, callback)
+        _KEEP.append(callback)
+    _KEEP.append(api)
+    return _capi.New(ctypes.addressof(api), b"dlpack_exchange_api", _capi.Destructor())
+
+
+class ExchangeProbe(Probe):
+    """A probe whose type has ``__dlpack_c_exchange_api__`` (DLPack 1.3)."""
+
+    __dlpack_c_exchange_api__ = _exchange_api()
+
+
+# -- reading the consumer's array back -----------------------------------------------------------
+
+@dataclass
+class Seen:
+    """The consumer's array as ``asdlpack`` reads it."""
+
+    address: int
+    shape: tuple[int, ...]
+    dtype: tuple[int, int, int]
+    device: tuple[int, int]
+    readonly: bool
+    data: bytes | None = field(repr=False)     # C order; None off the CPU
+
+
+def _numpy_view(result: object) -> object:
+    import numpy
+
+    return numpy.asarray(result)
+
+
+def seen(result: object) -> Seen | None:
+    """``asdlpack(result)`` (or of ``numpy.asarray(result)``) read; None where neither works."""
+    from dlpack import asdlpack
+
+    for view in (lambda r: r, _numpy_view):
+        try:
+            o = asdlpack(view(result))
+        except Exception:
+            continue
+        device = (int(o.device[0]), int(o.device[1]))
+        count = math.prod(o.shape)
+        data = _gather(ctypes.string_at, o.data_ptr, o.shape, o.strides, o.itemsize) \
+            if device[0] == 1 and count <= 1 << 16 and (o.data_ptr or not count) else None
+        return Seen(o.data_ptr, tuple(o.shape), (int(o.dtype.code), o.dtype.bits, o.dtype.lanes),
+                    device, o.readonly, data)
+    return None
+
+
+# -- the consumer under test ---------------------------------------------------------------------
+
+class Consumer:
+    """The consumer callable, and what basic-import learnt (whether imports share memory)."""
+
+    def __init__(self, consume: Callable[[object], object]) -> None:
+        self.consume = consume
+        self.usable = True
+        self.zero_copy: bool | None = None
+        self._alive: list = []
+
+    def state(self) -> dict:
+        return {"zero_copy": self.zero_copy}
+
+    def restore(self, state: dict) -> None:
+        self.zero_copy = state.get("zero_copy")
+
+    def case(self, name: str, layout: Layout, *, must_refuse: bool = False) -> tuple[str, str]:
+        """One import of ``layout``: ("ok" | "refused" | "wrong" | "unread", what was seen)."""
+        probe = Probe(layout)
+        print(f"check: trying {name}", file=sys.stderr, flush=True)    # named if it crashes
+        try:
+            result = self.consume(probe)
+        except Exception as e:
+            return "refused", type(e).__name__
+        if must_refuse:
+            self._alive.append(result)      # never read; dropped as the rule ends (grade)
+            return "wrong", f"accepted, returned {_what(result)}"
+        got = seen(result)
+        if got is None:
+            return "unread", f"returned {_what(result)}, which asdlpack cannot read back"
+        return _compare(got, layout, probe)
+
+
+def _compare(got: Seen, layout: Layout, probe: Probe) -> tuple[str, str]:
+    """("ok", how) when ``got`` holds the layout's values, else ("wrong", what differs)."""
+    if got.shape != layout.shape:
+        return "wrong", f"shape {got.shape}, not {layout.shape}"
+    if got.dtype != layout.dtype:
+        return "wrong", f"dtype (code, bits, lanes) {got.dtype}, not {layout.dtype}"
+    if got.data is None:
+        return "wrong", f"device {got.device}, not readable on the CPU"
+    if got.data != layout.expected():
+        return "wrong", f"values {got.data[:16].hex()}, not {layout.expected()[:16].hex()}"
+    shared = got.address == probe.first
+    return "ok", "shared" if shared else "copied"
+
+
+def _grade_cases(s: Consumer, cases: dict[str, Layout], must_refuse: bool = False) -> str:
+    """Each case's verdict; a wrong one fails the rule, an unreadable result makes it n/a."""
+    verdicts = {name: s.case(name, layout, must_refuse=must_refuse)
+                for name, layout in cases.items()}
+    wrong = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "wrong"]
+    if wrong:
+        raise _Fail("; ".join(wrong))
+    unread = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "unread"]
+    if unread and len(unread) == len(verdicts):
+        raise _NA(unread[0])
+    return "; ".join(f"{n}: {'ok' if v == 'ok' else v} ({how})"
+                     for n, (v, how) in verdicts.items())
+
+
+# -- the rules -----------------------------------------------------------------------------------
+
+@rule("basic-import")
+def basic_import(s: Consumer) -> str:
+    """A versioned C-contiguous float32 (2, 3) tensor arrives with its values and address."""
+    probe = Probe()
+    try:
+        result = s.consume(probe)
+    except Exception as e:
+        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+    got = seen(result)
+    if got is None:
+        raise _NA(f"returned {_what(result)}, which asdlpack (and numpy.asarray) cannot read")
+    verdict, how = _compare(got, Layout(), probe)
+    if verdict != "ok":
+        raise _Fail(how)
+    s.zero_copy = how == "shared"
+    if not s.zero_copy:
+        raise _Fail(f"the values arrived, copied (at {got.address:#x}, not the tensor's "
+                    f"{probe.first:#x}): DLPack is a zero-copy exchange")
+    return f"values right, same address (zero-copy); {type(result).__name__}"
+
+
+@rule("max-version")
+def max_version(s: Consumer) -> str:
+    """max_version >= (1, 0) passed; no keywords only after a TypeError (a legacy producer)."""
+    probe = Probe()
+    try:
+        s.consume(probe)
+    except Exception as e:
+        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+    if not probe.calls:
+        raise _NA("the consumer never called __dlpack__")
+    first = probe.calls[0]
+    asked = first.get("max_version")
+    if asked is None:
+        raise _Fail(f"__dlpack__({_keywords(first)}): no max_version, so a DLPack 1.x producer "
+                    "must send a legacy capsule (READ_ONLY and the version cannot travel)")
+    if tuple(asked) < (1, 0):
+        raise _Fail(f"max_version={tuple(asked)}: below (1, 0)")
+    legacy = LegacyProbe()
+    try:
+        result = s.consume(legacy)
+    except Exception as e:
+        raise _Fail(f"max_version={tuple(asked)}; a producer whose __dlpack__ refuses the "
+                    f"keyword with TypeError (pre-2023.12) made it raise {type(e).__name__}: "
+                    f"{e} (the array API: retry without it)") from None
+    got = seen(result)
+    retried = [c for c in legacy.calls if "max_version" not in c]
+    verdict = _compare(got, Layout(), legacy)[0] if got else "unread"
+    if verdict == "wrong" or not retried:
+        raise _Fail("a pre-2023.12 producer's legacy capsule was read wrong")
+    return (f"__dlpack__({_keywords(first)}); after a TypeError it retried with "
+            f"({_keywords(retried[0])}) and read the legacy capsule right")
+
+
+def _keywords(call: dict) -> str:
+    return ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v!r}"
+                     for k, v in call.items())
+
+
+@rule("capsule-consumed")
+def capsule_consumed(s: Consumer) -> str:
+    """The imported capsule is renamed used_dltensor_versioned / used_dltensor."""
+    seen_names = []
+    for probe in (Probe(), Probe(Layout(version=None))):
+        try:
+            result = s.consume(probe)
+        except Exception as e:
+            given = "" if probe.layout.version else " (a producer that answers max_version " \
+                "with a 'dltensor' capsule, as the array API allows)"
+            raise _Fail(f"raised {type(e).__name__}: {e}{given}") from None
+        names = probe.names()
+        if not names:
+            raise _NA("the consumer never called __dlpack__")
+        if not names[-1].startswith("used_"):
+            raise _Fail(f"after import the capsule is still named {names[-1]!r}: its "
+                        "destructor calls the deleter the consumer's array still relies on")
+        seen_names.append(f"{names[-1][5:]} → {names[-1]}")
+        del result
+    return "; ".join(seen_names)
+
+
+@rule("deleter-once")
+def deleter_once(s: Consumer) -> str:
+    """The deleter runs once, after the array and every view of it are gone."""
+    probe = Probe(poison=True)
+    try:
+        result = s.consume(probe)
+    except Exception as e:
+        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+    got = seen(result)
+    if probe.deleted:
+        if got is not None and got.address == probe.first:
+            read = "reads the pattern the deleter wrote" if got.data and set(got.data) == {
+                PATTERN} else "points at it"
+            raise _Fail(f"deleter called {probe.deleted}× before the consumer returned, yet "
+                        f"its array still uses the tensor's memory ({read}): a dangling array")
+        early = f"deleter called when the import returned (the array is a copy{'' if got else '?'})"
+    else:
+        early = "not called while the array lives"
+    try:
+        view = result[1:]              # type: ignore[index]
+        shares = (v := seen(view)) is not None and v.address != 0 and \
+            probe.base <= v.address < probe.base + len(VALUES)
+    except Exception:
+        view, shares = None, False
+    del result, got
+    gc.collect()
+    if shares:
+        if probe.deleted:
+            raise _Fail("deleter called once the array was dropped, while a view of it "
+                        "(result[1:]) still uses the memory")
+        early += "; nor while a view (result[1:]) outlives the array"
+    del view
+    probe.capsules.clear()
+    for _ in range(40):              # some libraries free on another thread
+        gc.collect()
+        if probe.deleted:
+            break
+        time.sleep(0.05)
+    if probe.deleted == 0:
+        raise _Fail("deleter never called after the array and its views were gone (and "
+                    "the capsule dropped): the tensor leaks")
+    if probe.deleted > 1:
+        raise _Fail(f"deleter called {probe.deleted} times: the producer frees it twice")
+    return f"{early}; called once after"
+
+
+def _write(result: Any, ndim: int) -> str:
+    """Write WRITTEN through the consumer's own API; what happened."""
+    try:
+        result[(0,) * ndim] = WRITTEN
+    except Exception as e:
+        return f"result[0, 0] = {WRITTEN} raised {type(e).__name__}"
+    return f"result[0, 0] = {WRITTEN} worked"
+
+
+def _reexport_writable(result: Any, probe: Probe) -> bool:
+    """Whether the result's own ``__dlpack__`` hands the producer's memory on without
+    READ_ONLY (the next consumer writes into it)."""
+    try:
+        capsule = result.__dlpack__(max_version=(1, 3))
+        name = check.capsule_name(capsule)
+        m = dlc.DLManagedTensorVersioned.from_address(_capi.GetPointer(capsule, name))
+    except Exception:
+        return False
+    if name != VERSIONED:
+        return False
+    first = (m.dl_tensor.data or 0) + m.dl_tensor.byte_offset
+    return first == probe.first and not m.flags & FLAG_BITMASK_READ_ONLY
+
+
+@rule("read-only")
+def read_only(s: Consumer) -> str:
+    """A READ_ONLY tensor is refused, copied or read-only: writes never reach its memory."""
+    probe = Probe(Layout(flags=FLAG_BITMASK_READ_ONLY))
+    try:
+        result = s.consume(probe)
+    except Exception as e:
+        return f"refused ({type(e).__name__}: {e})"
+    wrote = _write(result, 2)
+    if ctypes.string_at(probe.first, len(VALUES)) != VALUES:
+        raise _Fail(f"{wrote}, and the write reached the producer's read-only memory")
+    if _reexport_writable(result, probe):
+        raise _Fail(f"{wrote}, but the array shares the read-only memory and its __dlpack__ "
+                    "exports it without READ_ONLY: the next consumer writes into it")
+    return f"{wrote}; the producer's memory is unchanged"
+
+
+@rule("byte-offset")
+def byte_offset(s: Consumer) -> str:
+    """A non-zero byte_offset is honoured."""
+    layout = Layout(shape=(4,), strides=(1,), byte_offset=8)
+    verdict, how = s.case("byte_offset 8", layout)
+    if verdict == "unread":
+        raise _NA(how)
+    if verdict != "ok":
+        raise _Fail(f"byte_offset 8 over 0..5 (expected 2, 3, 4, 5): {verdict} ({how})")
+    return f"byte_offset 8: values 2, 3, 4, 5 ({how})"
+
+
+_STRIDES = {
+    "legacy NULL": Layout(strides=None, version=None),
+    "v1.1 NULL": Layout(strides=None, version=(1, 1)),
+    "step 2": Layout(shape=(3,), strides=(2,)),
+    "transposed": Layout(shape=(3, 2), strides=(1, 3)),
+    "negative": Layout(shape=(6,), strides=(-1,), offset=20),
+    "zero": Layout(shape=(3,), strides=(0,), offset=4),
+    "extent 0": Layout(shape=(0, 3), strides=(3, 1)),
+    "extent 1": Layout(shape=(1, 3), strides=(7, 1)),
+}
+
+
+@rule("strides")
+def strides(s: Consumer) -> str:
+    """NULL, non-contiguous, negative and zero strides, extents 0 and 1: right or refused."""
+    return _grade_cases(s, _STRIDES)
+
+
+def _dtype_cases() -> dict[str, Layout]:
+    """Each DLPack type of at most 128 bits, six values (0..5 where they are numbers)."""
+    cases = {}
+    for code, kind, sizes, fmt in ((0, "int", (8, 16, 32, 64), "bhiq"),
+                                   (1, "uint", (8, 16, 32, 64), "BHIQ"),
+                                   (2, "float", (16, 32, 64), "efd")):
+        for bits, f in zip(sizes, fmt, strict=True):
+            cases[f"{kind}{bits}"] = Layout(struct.pack(f"<6{f}", *range(6)), (6,), (1,),
+                                            (code, bits, 1))
+    cases["bfloat16"] = Layout(b"".join(VALUES[i + 2:i + 4] for i in range(0, 24, 4)), (6,),
+                               (1,), (4, 16, 1))
+    for bits, f in ((64, "f"), (128, "d")):
+        cases[f"complex{bits}"] = Layout(struct.pack(f"<12{f}", *range(12)), (6,), (1,),
+                                         (5, bits, 1))
+    cases["bool"] = Layout(bytes([0, 1, 1, 0, 1, 0]), (6,), (1,), (6, 8, 1))
+    for code in range(7, 15):                  # the float8 codes; bit patterns valid in all
+        cases[f"float8 code {code}"] = Layout(bytes([0, 0x38, 0x40, 0x44, 0x48, 0x4A]), (6,),
+                                              (1,), (code, 8, 1))
+    return cases
+
+
+@rule("dtypes")
+def dtypes(s: Consumer) -> str:
+    """Every DLPack type (int, uint, float, bfloat, complex, bool, float8): right or refused."""
+    verdicts = {name: s.case(name, layout) for name, layout in _dtype_cases().items()}
+    wrong = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "wrong"]
+    if wrong:
+        raise _Fail("; ".join(wrong))
+    groups: dict[str, list[str]] = {}
+    for name, (verdict, how) in verdicts.items():
+        groups.setdefault("ok" if verdict == "ok" else f"{verdict} ({how})", []).append(name)
+    return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
+
+
+@rule("device")
+def device(s: Consumer) -> str:
+    """A tensor on a device the consumer lacks (CUDA) is refused with an exception."""
+    probe = Probe(Layout(device=(2, 0)))
+    try:
+        result = s.consume(probe)
+    except Exception as e:
+        asked = [c["dl_device"] for c in probe.calls if c.get("dl_device") is not None]
+        how = f"asked dl_device={tuple(asked[0])}: the producer's BufferError passed on" \
+            if asked and not probe.capsules else "refused the CUDA capsule"
+        bufferror = "" if isinstance(e, BufferError) else "; the array API asks for BufferError"
+        return f"{how}: {type(e).__name__} ({e}){bufferror}"
+    got = seen(result)
+    if got is not None and got.device == (2, 0):
+        return "returned an array on CUDA 0"
+    s._alive.append(result)
+    raise _Fail(f"returned {_what(result)} on device {got.device if got else '?'} for a CUDA "
+                "tensor: a wrong-device array over device memory")
+
+
+@rule("stream")
+def stream(s: Consumer) -> str:
+    """For CPU data the consumer passes stream=None or no stream."""
+    probe = Probe()
+    try:
+        s.consume(probe)
+    except Exception as e:
+        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+    if not probe.calls:
+        raise _NA("the consumer never called __dlpack__")
+    given = [c["stream"] for c in probe.calls if c.get("stream") is not None]
+    if given:
+        raise _Fail(f"stream={given[0]!r} for CPU data: the array API says None")
+    passed = any("stream" in c for c in probe.calls)
+    return "stream=None" if passed else "no stream keyword"
+
+
+@rule("flags")
+def flags(s: Consumer) -> str:
+    """IS_COPIED and unknown future flag bits change nothing."""
+    seen_flags = []
+    for name, value in (("IS_COPIED", FLAG_BITMASK_IS_COPIED),
+                        ("unknown bits 1<<3|1<<62", 1 << 3 | 1 << 62)):
+        verdict, how = s.case(name, Layout(flags=value))
+        if verdict == "unread":
+            raise _NA(how)
+        if verdict != "ok":
+            raise _Fail(f"{name}: {verdict} ({how}); without the flag it imports")
+        if s.zero_copy is not None and (how == "shared") != s.zero_copy:
+            raise _Fail(f"{name}: {how}, unlike the same tensor without it")
+        seen_flags.append(f"{name}: same values, {how}")
+    return "; ".join(seen_flags)
+
+
+_HOSTILE_OK = {
+    "ndim 0 (NULL shape)": Layout(shape=(), strides=None),
+    "ndim 1000": Layout(payload=VALUES[:4], shape=(1,) * 1000, strides=(1,) * 1000),
+}
+_HOSTILE_BAD = {
+    "extents overflow int64": Layout(shape=(1 << 40, 1 << 40), strides=(1 << 40, 1)),
+    "byte size overflows": Layout(shape=(1 << 61,), strides=(1,)),
+    "NULL data, 6 elements": Layout(shape=(6,), strides=(1,), null_data=True),
+    "negative ndim": Layout(shape=(6,), strides=(1,), ndim=-1),
+    "negative extent": Layout(shape=(-1,), strides=(1,)),
+}
+
+
+@rule("hostile")
+def hostile(s: Consumer) -> str:
+    """ndim 0 and 1000 right or refused; overflowing sizes, NULL data, negative ndim refused."""
+    return _grade_cases(s, _HOSTILE_OK) + "; " + _grade_cases(s, _HOSTILE_BAD, must_refuse=True)
+
+
+@rule("exchange-api")
+def exchange_api(s: Consumer) -> str:
+    """If the consumer uses __dlpack_c_exchange_api__, it agrees with its __dlpack__ path."""
+    seen_paths = []
+    for name, layout in (("writable", Layout()), ("READ_ONLY", Layout(
+            flags=FLAG_BITMASK_READ_ONLY))):
+        outcomes = []
+        for probe in (ExchangeProbe(layout), Probe(layout)):
+            try:
+                result = s.consume(probe)
+            except Exception as e:
+                result = e
+            if isinstance(probe, ExchangeProbe) and not probe.exchanged:
+                raise _NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
+            if isinstance(result, Exception):
+                outcomes.append(f"refused ({type(result).__name__})")
+                continue
+            got = seen(result)
+            verdict, how = _compare(got, layout, probe) if got else ("unread", "")
+            wrote = _write(result, 2) if name == "READ_ONLY" else ""
+            if ctypes.string_at(probe.first, len(VALUES)) != layout.payload:
+                wrote = "written through"
+            outcomes.append(f"{verdict} {how} {'read-only' if got and got.readonly else ''}"
+                            f" {wrote}".strip())
+        if outcomes[0] != outcomes[1]:
+            raise _Fail(f"{name}: exchange API → {outcomes[0]}; __dlpack__ → {outcomes[1]}")
+        seen_paths.append(f"{name}: both {outcomes[0]}")
+    return "; ".join(seen_paths)
+
+
+SUITE = check.Suite("dlpack.tools.check_consumer", RULES, Consumer,
+                    partial(check.grade, registry=REGISTRY), "the consumer crashed",
+                    "importing CALLABLE", load_rule="consumer", who="consumer")
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        check._worker(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), SUITE)
