@@ -236,20 +236,24 @@ def test_help_lists_the_rules():
     run = run_check("--help", env=dict(os.environ, COLUMNS="80"))
     assert run.returncode == 0
     assert max(len(line) for line in run.stdout.splitlines()) <= 80
-    text = run.stdout.split("rules, in the order they run")[1].split("\nexit status")[0]
-    rows = text.strip("\n").split("\n")[1:]
-    column = max(len(n) for n in RULES) + 3
-    starts = [r for r in rows if not r.startswith(" " * column)]
-    assert [r.split()[0] for r in starts] == RULES
-    for r in rows:
-        assert r[column - 1] == " " and r[column] != " ", r     # names never overrun
-    described: dict[str, str] = {}
-    for r in rows:
-        if r in starts:
-            name = r.split()[0]
-        described[name] = (described.get(name, "") + " " + r[column:]).strip()
-    for name, text in described.items():
-        assert text.endswith("."), (name, text)
+    from dlpack.tools import check_consumer
+
+    body = run.stdout.split("rules, in the order they run")[1].split("\nexit status")[0]
+    producers, consumers = body.split("\n\n--consumer")
+    for text, names in ((producers, RULES), (consumers, check_consumer.RULES)):
+        rows = text.strip("\n").split("\n")[1:]
+        column = max(len(n) for n in names) + 3
+        starts = [r for r in rows if not r.startswith(" " * column)]
+        assert [r.split()[0] for r in starts] == list(names)
+        for r in rows:
+            assert r[column - 1] == " " and r[column] != " ", r     # names never overrun
+        described: dict[str, str] = {}
+        for r in rows:
+            if r in starts:
+                name = r.split()[0]
+            described[name] = (described.get(name, "") + " " + r[column:]).strip()
+        for name, line in described.items():
+            assert line.endswith("."), (name, line)
 
 
 def test_factory_without_a_colon_is_a_usage_error():
