@@ -1,0 +1,174 @@
+"""What every harness shares: the errors that may escape, the span a view reaches, and the
+checks on it (docs/spec.md §7: only TypeError/BufferError escape; a view never reaches outside
+the memory its provider described).
+
+A harness raises ``Finding`` (or lets any other exception escape): atheris then stops, prints
+the traceback and writes the input to ``crash-*``, and fuzz/run.sh fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    import dlpack
+    import dlpack._types  # noqa: F401  (the pure-Python parsers: coverage for the fuzzer)
+
+ALLOWED = (TypeError, BufferError)      # dlpack.CudaError is a BufferError
+VERBOSE = bool(os.environ.get("FUZZ_VERBOSE"))     # print each import's outcome (seeds)
+
+
+class Finding(AssertionError):
+    """A broken promise: a wrong exception, or a view outside the memory described."""
+
+
+def imported(make):
+    """asdlpack(make()) or None when refused as the spec allows; anything else escapes."""
+    try:
+        dl = dlpack.asdlpack(make())
+    except ALLOWED as e:
+        if VERBOSE:
+            print(f"refused: {type(e).__name__}: {e}"[:300])
+        return None
+    if VERBOSE:
+        print(f"imported: {dl!r} strides {dl.strides}")
+    return dl
+
+
+def span(dl) -> tuple[int, int]:
+    """[lo, hi): the bytes dl's elements reach (empty at data_ptr for no elements)."""
+    p = dl.data_ptr
+    if dl.size == 0:
+        return p, p
+    bits = dl.dtype.bits * dl.dtype.lanes
+    contiguous = True
+    step = 1
+    for n, s in zip(reversed(dl.shape), reversed(dl.strides)):
+        if n != 1 and s != step:
+            contiguous = False
+        step *= n
+    if bits < 8 and contiguous:            # packed or padded, C-contiguous: nbytes from data
+        return p, p + dl.nbytes
+    lo = hi = 0
+    for n, s in zip(dl.shape, dl.strides):
+        reach = (n - 1) * s
+        lo, hi = lo + min(reach, 0), hi + max(reach, 0)
+    return p + lo * dl.itemsize, p + (hi + 1) * dl.itemsize
+
+
+def check_inside(dl, lo: int, hi: int, what: str) -> None:
+    """The view lies within [lo, hi) (an empty view anywhere in or at its edges)."""
+    a, b = span(dl)
+    if a == b:
+        if not (a == 0 or lo <= a <= hi):
+            raise Finding(f"empty view at {a:#x} outside {what} [{lo:#x}, {hi:#x})")
+        return
+    if not (lo <= a and b <= hi):
+        raise Finding(f"view [{a:#x}, {b:#x}) ({dl!r}, strides {dl.strides}) reaches outside "
+                      f"{what} [{lo:#x}, {hi:#x}) by {max(lo - a, b - hi)} bytes")
+
+
+def touch(dl) -> None:
+    """Read every byte the view reaches (libc memcpy: AddressSanitizer checks the range)."""
+    a, b = span(dl)
+    if b > a:
+        ctypes.string_at(a, b - a)
+
+
+@functools.cache
+def fuzzbuf():
+    """The harnesses' C helper (fuzz/fuzzbuf.c), built by fuzz/run.sh into FUZZBUF_DIR."""
+    sys.path.insert(0, os.environ.get("FUZZBUF_DIR", os.path.dirname(__file__)))
+    import fuzzbuf as module
+
+    return module
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class Reader:
+    """The fuzzer's bytes as values, front to back: each call takes a fixed number of bytes
+    (missing ones read as zero), so a mutation at one place changes one value.
+
+    Made with a ``script`` (the values wanted, in call order), it writes instead: each call
+    returns the next value and appends its encoding to ``out`` (that is how fuzz/seeds.py writes
+    the seed corpus: the same decoding code, run once forwards).
+    """
+
+    def __init__(self, data: bytes = b"", script: list | None = None) -> None:
+        self.data, self.pos = data, 0
+        self.script, self.out = script, bytearray()
+
+    def int_in(self, low: int, high: int) -> int:
+        """An int in [low, high]."""
+        n = max(1, ((high - low).bit_length() + 7) // 8)
+        if self.script is not None:
+            v = self.script.pop(0) if self.script else low
+            if not low <= v <= high:
+                raise ValueError(f"seed value {v!r} not in [{low}, {high}]")
+            self.out += (v - low).to_bytes(n, "little")
+            return v
+        raw = self.data[self.pos:self.pos + n].ljust(n, b"\0")
+        self.pos += n
+        return low + int.from_bytes(raw, "little") % (high - low + 1)
+
+    def flag(self) -> bool:
+        if self.script is not None and self.script and isinstance(self.script[0], bool):
+            self.script[0] = int(self.script[0])
+        return self.int_in(0, 1) == 1
+
+    def choice(self, options: list):
+        """One of options (the seed script gives the option itself)."""
+        if self.script is not None and self.script:
+            self.script[0] = options.index(self.script[0])
+        return options[self.int_in(0, len(options) - 1)]
+
+    def num(self, low: int, high: int) -> int:
+        """Mostly an int in [low, high] (15 in 16); else any int64."""
+        if self.script is not None and self.script:
+            v = self.script.pop(0)
+            self.script[:0] = [1, v] if low <= v <= high else [0, v]
+        if self.int_in(0, 15):
+            return self.int_in(low, high)
+        return self.int_in(*INT64)
+
+    def blob(self, most: int) -> bytes:
+        """Up to most bytes (a length, then the bytes)."""
+        if self.script is not None and self.script:
+            b = self.script.pop(0)
+            self.script[:0] = [len(b)]
+            self.int_in(0, most)
+            self.out += b
+            return bytes(b)
+        n = self.int_in(0, most)
+        raw = self.data[self.pos:self.pos + n].ljust(n, b"\0")
+        self.pos += n
+        return raw
+
+
+def seed(describe, *values) -> bytes:
+    """The input that makes describe(Reader) read values (in call order; missing ones are the
+    lowest)."""
+    r = Reader(script=list(values))
+    describe(r)
+    if r.script:
+        raise ValueError(f"seed values left over: {r.script}")
+    return bytes(r.out)
+
+
+def clip(v: int) -> int:
+    """v as a C int64 (saturated)."""
+    return max(-(1 << 63), min(v, (1 << 63) - 1))
+
+
+def main(test_one_input) -> None:
+    """Instrument the Python code loaded (the harness, dlpack's Python parts), then fuzz."""
+    atheris.instrument_all()
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
