@@ -167,6 +167,52 @@ def clip(v: int) -> int:
     return max(-(1 << 63), min(v, (1 << 63) - 1))
 
 
+class Memory:
+    """size bytes of memory owned by the harness, 64-byte aligned at address (AddressSanitizer
+    knows their bounds: reads outside them are reported)."""
+
+    def __init__(self, size: int) -> None:
+        self.raw = ctypes.create_string_buffer(size + 64)
+        self.address = ctypes.addressof(self.raw) + (-ctypes.addressof(self.raw) % 64)
+        self.size = size
+        self.end = self.address + size
+
+    def holds(self, lo: int, hi: int) -> bool:
+        return self.address <= lo <= hi <= self.end
+
+
+class Iface:
+    """Speaks only __array_interface__."""
+
+    def __init__(self, ai, keep=None) -> None:
+        self.__array_interface__ = ai
+        self.keep = keep
+
+
+def typestr_size(typestr) -> int | None:
+    """The item size a typestr states (its digits after the kind), or None."""
+    if isinstance(typestr, str) and len(typestr) > 2 and typestr[2:].isdigit() and \
+            typestr[2:].isascii():
+        return int(typestr[2:])
+    return None
+
+
+def extent(address: int, itemsize: int, shape, strides) -> tuple[int, int]:
+    """The bytes a (shape, byte strides or None) description at address reaches, with Python
+    ints (no overflow); empty when a dimension is 0."""
+    if strides is None:
+        strides, step = [], itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if n <= 0:
+            return address, address
+        lo, hi = lo + min((n - 1) * s, 0), hi + max((n - 1) * s, 0)
+    return address + lo, address + hi + max(itemsize, 0)
+
+
 def main(test_one_input) -> None:
     """Instrument the Python code loaded (the harness, dlpack's Python parts), then fuzz."""
     atheris.instrument_all()

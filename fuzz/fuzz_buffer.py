@@ -8,7 +8,8 @@ the exporter's memory; the Py_buffer is released with the view, or at once on a 
 
 from __future__ import annotations
 
-from _common import Finding, Reader, check_inside, clip, fuzzbuf, imported, main, seed, touch
+from _common import (Finding, Reader, check_inside, clip, extent, fuzzbuf, imported, main, seed,
+                     touch)
 
 SIZE = 4096
 
@@ -28,21 +29,6 @@ def describe(r: Reader) -> dict:
                 suboffsets=suboffsets, offset=r.int_in(0, 256), readonly=r.flag())
 
 
-def described(buf: int, itemsize: int, shape, strides) -> tuple[int, int]:
-    """The bytes the exporter's description reaches, with Python ints (no overflow)."""
-    if strides is None:
-        strides, step = [], itemsize
-        for n in reversed(shape):
-            strides.insert(0, step)
-            step *= n
-    lo = hi = 0
-    for n, s in zip(shape, strides):
-        if n <= 0:
-            return buf, buf
-        lo, hi = lo + min((n - 1) * s, 0), hi + max((n - 1) * s, 0)
-    return buf + lo, buf + hi + max(itemsize, 0)
-
-
 def test_one_input(data: bytes) -> None:
     d = describe(Reader(data))
     exporter = fuzzbuf().Exporter(SIZE, d["offset"], d["fmt"], d["itemsize"], d["shape"], d["strides"],
@@ -53,7 +39,7 @@ def test_one_input(data: bytes) -> None:
             raise Finding(f"refused, but holds {exporter.exports} Py_buffer(s)")
         return
     buf = exporter.address + d["offset"]
-    lo, hi = described(buf, d["itemsize"], d["shape"], d["strides"])
+    lo, hi = extent(buf, d["itemsize"], d["shape"], d["strides"])
     if dl.size and dl.itemsize != d["itemsize"]:
         raise Finding(f"view of item size {dl.itemsize} from items of {d['itemsize']} bytes")
     check_inside(dl, lo, hi, "the span the exporter described")

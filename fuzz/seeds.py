@@ -12,7 +12,7 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HARNESSES = ["fuzz_buffer"]
+HARNESSES = ["fuzz_buffer", "fuzz_typestr", "fuzz_array_interface"]
 
 
 def main() -> None:
