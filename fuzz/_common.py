@@ -81,6 +81,14 @@ def touch(dl) -> None:
 
 
 @functools.cache
+def helpers():
+    """The test suite's shared doubles (raw capsules): dlpack.tests.helpers."""
+    import dlpack.tests.helpers as module
+
+    return module
+
+
+@functools.cache
 def fuzzbuf():
     """The harnesses' C helper (fuzz/fuzzbuf.c), built by fuzz/run.sh into FUZZBUF_DIR."""
     sys.path.insert(0, os.environ.get("FUZZBUF_DIR", os.path.dirname(__file__)))

@@ -12,7 +12,8 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HARNESSES = ["fuzz_buffer", "fuzz_typestr", "fuzz_array_interface"]
+HARNESSES = ["fuzz_buffer", "fuzz_typestr", "fuzz_array_interface",
+             "fuzz_array_struct", "fuzz_dlpack"]
 
 
 def main() -> None:
