@@ -74,7 +74,7 @@ def test_one_input(data: bytes) -> None:
     dl = imported(lambda: Provider(s, keep))
     if dl is None:
         return
-    lo, hi = extent(s.data, d["itemsize"], d["shape"], d["strides"])
+    lo, hi = extent(s.data, d["itemsize"], d["shape"] or [], d["strides"])
     check_inside(dl, lo, hi, "the span the struct described")
     if MEMORY.holds(lo, hi):
         touch(dl)

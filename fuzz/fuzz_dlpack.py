@@ -1,7 +1,7 @@
 """DLPack structs (docs/spec.md §3.1, §3.6, §7): a DLManagedTensor or DLManagedTensorVersioned
 built from the fuzzer's bytes (version, flags, dtype, ndim, shape, strides, byte_offset,
-device), its data in memory the harness owns (or NULL), handed over as a capsule (right,
-wrong or no name) or as a ctypes pointer; todict reads the capsule first. The description is
+device), its data in memory the harness owns (or NULL), handed over as a capsule (its
+name, a used name or none) or as a ctypes pointer; todict reads the capsule first. The description is
 fuzzed, not the data address.
 
 Checks: only TypeError/BufferError escape (todict too); the deleter runs at most once, and
@@ -17,7 +17,7 @@ import gc
 
 import dlpack
 import dlpack.ctypes as dc
-from _common import (ALLOWED, Finding, Memory, Reader, check_inside, extent, helpers, imported,
+from _common import (ALLOWED, Finding, Memory, Reader, capsule, check_inside, extent, imported,
                      main, seed, touch)
 
 MEMORY = Memory(4096)
@@ -62,7 +62,7 @@ def describe(r: Reader) -> dict:
     d["device_id"] = 0 if r.int_in(0, 7) else r.int_in(*INT32)
     d["null"] = r.int_in(0, 15) == 0
     d["at"] = r.int_in(0, 1024)
-    d["via"] = r.choice(["capsule", "pointer", "other-name", "no-name"])
+    d["via"] = r.choice(["capsule", "pointer", "used-name", "no-name"])
     return d
 
 
@@ -97,9 +97,8 @@ def test_one_input(data: bytes) -> None:
     if d["via"] == "pointer":
         obj = ctypes.pointer(m)
     else:
-        obj = helpers().capsule(ctypes.addressof(m), {
-            "capsule": name, "other-name": b"dltensor" if d["versioned"] else
-            b"dltensor_versioned", "no-name": None}[d["via"]])
+        obj = capsule(ctypes.addressof(m), {
+            "capsule": name, "used-name": b"used_" + name, "no-name": None}[d["via"]])
         try:
             dlpack.todict(obj)
         except ALLOWED:
@@ -112,9 +111,11 @@ def test_one_input(data: bytes) -> None:
     t = m.dl_tensor
     width = d["bits"] * d["lanes"]
     size = max(1, (width + 7) // 8)
+    if d["bits"] < 8 and d["versioned"] and d["flags"] & dlpack.FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED:
+        size = max(1, d["lanes"])          # padded: a byte a lane
     start = (t.data or 0) + d["byte_offset"]
     strides = None if d["strides"] is None else [s * size for s in d["strides"]]
-    lo, hi = extent(start, size, d["shape"][:max(d["ndim"], 0)], strides)
+    lo, hi = extent(start, size, (d["shape"] or [])[:max(d["ndim"], 0)], strides)
     check_inside(dl, lo, hi, "the span the struct described")
     if MEMORY.holds(lo, hi):
         touch(dl)

@@ -13,7 +13,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESSES = ["fuzz_buffer", "fuzz_typestr", "fuzz_array_interface",
-             "fuzz_array_struct", "fuzz_dlpack"]
+             "fuzz_array_struct", "fuzz_dlpack", "fuzz_arrow", "fuzz_pickle"]
 
 
 def main() -> None:
