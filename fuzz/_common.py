@@ -12,12 +12,13 @@ import ctypes
 import functools
 import os
 import sys
+import weakref
 
 import atheris
 
 with atheris.instrument_imports():
     import dlpack
-    import dlpack._types  # noqa: F401  (the pure-Python parsers: coverage for the fuzzer)
+    import dlpack._types
 
 ALLOWED = (TypeError, BufferError)      # dlpack.CudaError is a BufferError
 VERBOSE = bool(os.environ.get("FUZZ_VERBOSE"))     # print each import's outcome (seeds)
@@ -48,14 +49,14 @@ def span(dl) -> tuple[int, int]:
     bits = dl.dtype.bits * dl.dtype.lanes
     contiguous = True
     step = 1
-    for n, s in zip(reversed(dl.shape), reversed(dl.strides)):
+    for n, s in zip(reversed(dl.shape), reversed(dl.strides), strict=True):
         if n != 1 and s != step:
             contiguous = False
         step *= n
     if bits < 8 and contiguous:            # packed or padded, C-contiguous: nbytes from data
         return p, p + dl.nbytes
     lo = hi = 0
-    for n, s in zip(dl.shape, dl.strides):
+    for n, s in zip(dl.shape, dl.strides, strict=True):
         reach = (n - 1) * s
         lo, hi = lo + min(reach, 0), hi + max(reach, 0)
     return p + lo * dl.itemsize, p + (hi + 1) * dl.itemsize
@@ -175,15 +176,23 @@ def clip(v: int) -> int:
     return max(-(1 << 63), min(v, (1 << 63) - 1))
 
 
+_libc = ctypes.CDLL(None)
+_libc.posix_memalign.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                 ctypes.c_size_t]
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
 class Memory:
-    """size bytes of memory owned by the harness, 64-byte aligned at address (AddressSanitizer
-    knows their bounds: reads outside them are reported)."""
+    """size bytes of memory owned by the harness, 64-byte aligned at address, and exactly that
+    long (AddressSanitizer reports a read one byte outside); freed with the object."""
 
     def __init__(self, size: int) -> None:
-        self.raw = ctypes.create_string_buffer(size + 64)
-        self.address = ctypes.addressof(self.raw) + (-ctypes.addressof(self.raw) % 64)
-        self.size = size
-        self.end = self.address + size
+        p = ctypes.c_void_p()
+        if _libc.posix_memalign(ctypes.byref(p), 64, max(size, 1)):
+            raise MemoryError(size)
+        ctypes.memset(p, 0x5A, size)
+        self.address, self.size, self.end = p.value, size, p.value + size
+        weakref.finalize(self, _libc.free, p.value)
 
     def holds(self, lo: int, hi: int) -> bool:
         return self.address <= lo <= hi <= self.end
@@ -214,7 +223,7 @@ def extent(address: int, itemsize: int, shape, strides) -> tuple[int, int]:
             strides.insert(0, step)
             step *= n
     lo = hi = 0
-    for n, s in zip(shape, strides):
+    for n, s in zip(shape, strides, strict=False):
         if n <= 0:
             return address, address
         lo, hi = lo + min((n - 1) * s, 0), hi + max((n - 1) * s, 0)

@@ -11,8 +11,20 @@ from __future__ import annotations
 
 import operator
 
-from _common import (Finding, Iface, Memory, Reader, check_inside, extent, fuzzbuf, imported,
-                     main, seed, touch, typestr_size)
+from _common import (
+    Finding,
+    Iface,
+    Memory,
+    Reader,
+    check_inside,
+    extent,
+    fuzzbuf,
+    imported,
+    main,
+    seed,
+    touch,
+    typestr_size,
+)
 
 MEMORY = Memory(4096)
 TYPESTRS = ["<f4", "<i8", "|u1", "|b1", "<f2", "<c8", "<u2", "<f8", "|i1", "<V4", ">f4", "<f3"]
@@ -71,7 +83,7 @@ def describe(r: Reader) -> dict:
     ndim = r.int_in(0, 4) if r.int_in(0, 7) else r.int_in(0, 40)
     d = dict(container=r.choice([dict, LyingDict]), shape=sequence(r, (-1, 6), ndim))
     d["strides"] = sequence(r, (-64, 64), ndim) if r.flag() else None
-    d["typestr"] = r.choice(TYPESTRS + ["blob"])
+    d["typestr"] = r.choice([*TYPESTRS, "blob"])
     if d["typestr"] == "blob":
         d["typestr"] = r.blob(8).decode("latin-1")
     kind = r.choice(["address", "bytes", "bytearray", "memoryview", "none", "junk", "absent"])

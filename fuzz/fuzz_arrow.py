@@ -18,10 +18,10 @@ array exactly once when an imported view is gone; a view lies inside its leaf's 
 from __future__ import annotations
 
 import gc
-import json
+
+from _common import Finding, Memory, Reader, check_inside, imported, main, seed, touch
 
 import dlpack.tests.arrow_producers as ap
-from _common import Finding, Memory, Reader, check_inside, imported, main, seed, touch
 
 LEAVES = [b"f", b"g", b"e", b"c", b"C", b"s", b"S", b"i", b"I", b"l", b"L", b"b", b"n", b"u",
           b"w:4", b"d:10,2", b"tss:", b"+l", b"tdD", b"vu", b"+s"]
@@ -75,7 +75,7 @@ def level(r: Reader, leaf: bool) -> dict:
     d["metadata"] = metadata(r)
     d["dictionary"] = r.int_in(0, 31) == 0
     if leaf:
-        d["format"] = r.choice(LEAVES + ["blob"])
+        d["format"] = r.choice([*LEAVES, "blob"])
         if d["format"] == "blob":
             d["format"] = r.blob(12)
     else:

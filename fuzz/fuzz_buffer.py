@@ -8,8 +8,18 @@ the exporter's memory; the Py_buffer is released with the view, or at once on a 
 
 from __future__ import annotations
 
-from _common import (Finding, Reader, check_inside, clip, extent, fuzzbuf, imported, main, seed,
-                     touch)
+from _common import (
+    Finding,
+    Reader,
+    check_inside,
+    clip,
+    extent,
+    fuzzbuf,
+    imported,
+    main,
+    seed,
+    touch,
+)
 
 SIZE = 4096
 
@@ -31,8 +41,8 @@ def describe(r: Reader) -> dict:
 
 def test_one_input(data: bytes) -> None:
     d = describe(Reader(data))
-    exporter = fuzzbuf().Exporter(SIZE, d["offset"], d["fmt"], d["itemsize"], d["shape"], d["strides"],
-                        d["suboffsets"], d["readonly"])
+    exporter = fuzzbuf().Exporter(SIZE, d["offset"], d["fmt"], d["itemsize"], d["shape"],
+                                  d["strides"], d["suboffsets"], d["readonly"])
     dl = imported(lambda: exporter)
     if dl is None:
         if exporter.exports:

@@ -1,8 +1,8 @@
 """DLPack structs (docs/spec.md §3.1, §3.6, §7): a DLManagedTensor or DLManagedTensorVersioned
 built from the fuzzer's bytes (version, flags, dtype, ndim, shape, strides, byte_offset,
-device), its data in memory the harness owns (or NULL), handed over as a capsule (its
-name, a used name or none) or as a ctypes pointer; todict reads the capsule first. The description is
-fuzzed, not the data address.
+device), its data in memory the harness owns (or NULL), handed over as a capsule (its name,
+a used name or none) or as a ctypes pointer; todict reads the capsule first. The description
+is fuzzed, not the data address.
 
 Checks: only TypeError/BufferError escape (todict too); the deleter runs at most once, and
 exactly once when an imported view is gone; a view lies inside the span the struct describes
@@ -15,10 +15,22 @@ from __future__ import annotations
 import ctypes
 import gc
 
+from _common import (
+    ALLOWED,
+    Finding,
+    Memory,
+    Reader,
+    capsule,
+    check_inside,
+    extent,
+    imported,
+    main,
+    seed,
+    touch,
+)
+
 import dlpack
 import dlpack.ctypes as dc
-from _common import (ALLOWED, Finding, Memory, Reader, capsule, check_inside, extent, imported,
-                     main, seed, touch)
 
 MEMORY = Memory(4096)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -91,7 +103,7 @@ def build(d: dict):
 
 def test_one_input(data: bytes) -> None:
     d = describe(Reader(data))
-    m, keep = build(d)
+    m, _keep = build(d)     # the shape and strides arrays, alive until the end
     CALLS[0] = 0
     name = b"dltensor_versioned" if d["versioned"] else b"dltensor"
     if d["via"] == "pointer":

@@ -14,9 +14,11 @@ import io
 import pickle
 import struct
 import traceback
+from typing import ClassVar
+
+from _common import ALLOWED, Finding, Reader, check_inside, fuzzbuf, main, touch
 
 import dlpack
-from _common import ALLOWED, Finding, Reader, check_inside, fuzzbuf, main, touch
 from dlpack._core import _rebuild
 
 
@@ -53,7 +55,7 @@ for module in ("builtins", "__builtin__"):
 
 
 class Unpickler(pickle._Unpickler):
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch: ClassVar[dict] = dict(pickle._Unpickler.dispatch)
 
     def load_bytearray8(self):
         """BYTEARRAY8, without allocating the length it states before reading (the pure-

@@ -7,8 +7,18 @@ Checks: only TypeError/BufferError escape; a view's item is as wide as the types
 
 from __future__ import annotations
 
-from _common import (Finding, Iface, Memory, Reader, check_inside, imported, main, seed, touch,
-                     typestr_size)
+from _common import (
+    Finding,
+    Iface,
+    Memory,
+    Reader,
+    check_inside,
+    imported,
+    main,
+    seed,
+    touch,
+    typestr_size,
+)
 
 MEMORY = Memory(8 * 64)
 
