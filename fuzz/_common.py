@@ -70,6 +70,12 @@ def check_inside(dl, lo: int, hi: int, what: str) -> None:
                       f"{what} [{lo:#x}, {hi:#x}) by {max(lo - a, b - hi)} bytes")
 
 
+def check_readonly(dl, readonly: bool, why: str) -> None:
+    """Memory its provider marked read-only is imported read-only (docs/spec.md §4)."""
+    if readonly and not dl.readonly:
+        raise Finding(f"{dl!r} is writable, but {why}")
+
+
 def touch(dl) -> None:
     """Read every byte the view reaches (libc memcpy: AddressSanitizer checks the range)."""
     a, b = span(dl)

@@ -17,6 +17,7 @@ from _common import (
     Memory,
     Reader,
     check_inside,
+    check_readonly,
     extent,
     fuzzbuf,
     imported,
@@ -136,6 +137,7 @@ def test_one_input(data: bytes) -> None:
     if buffer is not None:
         lo, n = fuzzbuf().address_of(buffer)
         check_inside(dl, lo, lo + n, "the buffer object given as data")
+        check_readonly(dl, d["data"] == "bytes", "data is a bytes object")
         touch(dl)
         return
     try:                                # read as NumPy does: the containers' own storage
@@ -143,13 +145,15 @@ def test_one_input(data: bytes) -> None:
         strides = dict.get(ai, "strides")
         strides = None if strides is None else [operator.index(x) for x in own(strides)]
         address = operator.index(dict.__getitem__(ai, "data")[0])
-    except TypeError as e:
-        raise Finding(f"imported a dict whose fields are not ints: {e}") from None
+    except (TypeError, KeyError, IndexError) as e:
+        raise Finding(f"imported a dict without an int shape, strides and address: "
+                      f"{type(e).__name__}: {e}") from None
     size = typestr_size(d["typestr"])
     if size is None:
         raise Finding(f"typestr {d['typestr']!r} states no item size, yet was imported")
     lo, hi = extent(address, size, shape, strides)
     check_inside(dl, lo, hi, "the span the dict described")
+    check_readonly(dl, bool(d.get("readonly")), f"data = (address, {d.get('readonly')!r})")
     if MEMORY.holds(lo, hi):
         touch(dl)
 

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import ctypes
 
-from _common import Memory, Reader, check_inside, extent, imported, main, seed, touch
+from _common import (
+    Memory,
+    Reader,
+    check_inside,
+    check_readonly,
+    extent,
+    imported,
+    main,
+    seed,
+    touch,
+)
 
 MEMORY = Memory(4096)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -76,6 +86,7 @@ def test_one_input(data: bytes) -> None:
         return
     lo, hi = extent(s.data, d["itemsize"], d["shape"] or [], d["strides"])
     check_inside(dl, lo, hi, "the span the struct described")
+    check_readonly(dl, not d["flags"] & 0x400, "the struct's flags lack WRITEABLE")
     if MEMORY.holds(lo, hi):
         touch(dl)
 

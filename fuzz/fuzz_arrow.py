@@ -19,7 +19,17 @@ from __future__ import annotations
 
 import gc
 
-from _common import Finding, Memory, Reader, check_inside, imported, main, seed, touch
+from _common import (
+    Finding,
+    Memory,
+    Reader,
+    check_inside,
+    check_readonly,
+    imported,
+    main,
+    seed,
+    touch,
+)
 
 import dlpack.tests.arrow_producers as ap
 
@@ -148,6 +158,7 @@ def test_one_input(data: bytes) -> None:
             address, offset, length = leaf
             check_inside(dl, address + offset * dl.itemsize,
                          address + (offset + length) * dl.itemsize, "the leaf's values")
+            check_readonly(dl, True, "Arrow memory is immutable")
             if address != NOWHERE:
                 touch(dl)
             del dl

@@ -12,6 +12,7 @@ from _common import (
     Finding,
     Reader,
     check_inside,
+    check_readonly,
     clip,
     extent,
     fuzzbuf,
@@ -53,6 +54,7 @@ def test_one_input(data: bytes) -> None:
     if dl.size and dl.itemsize != d["itemsize"]:
         raise Finding(f"view of item size {dl.itemsize} from items of {d['itemsize']} bytes")
     check_inside(dl, lo, hi, "the span the exporter described")
+    check_readonly(dl, d["readonly"], "the exporter's buffer is read-only")
     if exporter.address <= lo and hi <= exporter.address + SIZE:
         touch(dl)
     del dl

@@ -22,6 +22,7 @@ from _common import (
     Reader,
     capsule,
     check_inside,
+    check_readonly,
     extent,
     imported,
     main,
@@ -129,6 +130,8 @@ def test_one_input(data: bytes) -> None:
     strides = None if d["strides"] is None else [s * size for s in d["strides"]]
     lo, hi = extent(start, size, (d["shape"] or [])[:max(d["ndim"], 0)], strides)
     check_inside(dl, lo, hi, "the span the struct described")
+    check_readonly(dl, not d["versioned"] or d["flags"] & dlpack.FLAG_BITMASK_READ_ONLY,
+                   "the tensor is legacy or flagged READ_ONLY")
     if MEMORY.holds(lo, hi):
         touch(dl)
     del dl

@@ -13,6 +13,7 @@ from _common import (
     Memory,
     Reader,
     check_inside,
+    check_readonly,
     imported,
     main,
     seed,
@@ -65,6 +66,7 @@ def test_one_input(data: bytes) -> None:
         raise Finding(f"typestr {d['typestr']!r} states no item size, yet was imported")
     if dl.itemsize != size and dl.dtype.bits * dl.dtype.lanes != 8 * size:
         raise Finding(f"typestr {d['typestr']!r} ({size} bytes) read as {dl.dtype.name}")
+    check_readonly(dl, d["readonly"], "data = (address, True)")
     check_inside(dl, MEMORY.address, MEMORY.address + d["n"] * size, "the memory described")
     touch(dl)
 
