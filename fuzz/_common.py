@@ -12,6 +12,7 @@ import ctypes
 import functools
 import os
 import sys
+import warnings
 import weakref
 
 import atheris
@@ -74,6 +75,30 @@ def check_readonly(dl, readonly: bool, why: str) -> None:
     """Memory its provider marked read-only is imported read-only (docs/spec.md §4)."""
     if readonly and not dl.readonly:
         raise Finding(f"{dl!r} is writable, but {why}")
+
+
+def agree_with_numpy(dl, provider) -> None:
+    """Where NumPy reads the same provider, both see one layout: data address, shape, item
+    size and the byte strides of dimensions longer than 1 (pydlpack normalises the others,
+    docs/spec.md §7). Skipped without NumPy, or where NumPy refuses or copies."""
+    try:
+        import numpy
+    except ImportError:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = numpy.asarray(provider)
+    except Exception:       # NumPy's own refusals, of any kind
+        return
+    if a.dtype.hasobject or a.dtype.fields is not None or a.size == 0 or dl.size == 0:
+        return
+    ours = (dl.data_ptr, dl.shape, dl.itemsize,
+            [s * dl.itemsize for n, s in zip(dl.shape, dl.strides, strict=True) if n > 1])
+    theirs = (a.__array_interface__["data"][0], a.shape, a.itemsize,
+              [s for n, s in zip(a.shape, a.strides, strict=True) if n > 1])
+    if ours != theirs:
+        raise Finding(f"pydlpack reads (data, shape, itemsize, strides) {ours}, NumPy {theirs}")
 
 
 def touch(dl) -> None:

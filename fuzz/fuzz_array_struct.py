@@ -14,6 +14,7 @@ import ctypes
 from _common import (
     Memory,
     Reader,
+    agree_with_numpy,
     check_inside,
     check_readonly,
     extent,
@@ -27,6 +28,7 @@ MEMORY = Memory(4096)
 INT32 = (-(1 << 31), (1 << 31) - 1)
 KINDS = list(b"biufcV?OMmSUx")
 FLAGS = 0x701                       # C_CONTIGUOUS | ALIGNED | NOTSWAPPED | WRITEABLE
+ARR_HAS_DESCR = 0x800
 
 
 class PyArrayInterface(ctypes.Structure):
@@ -87,6 +89,8 @@ def test_one_input(data: bytes) -> None:
     lo, hi = extent(s.data, d["itemsize"], d["shape"] or [], d["strides"])
     check_inside(dl, lo, hi, "the span the struct described")
     check_readonly(dl, not d["flags"] & 0x400, "the struct's flags lack WRITEABLE")
+    if not d["flags"] & ARR_HAS_DESCR:   # NumPy would read the NULL descr as an object
+        agree_with_numpy(dl, Provider(s, keep))
     if MEMORY.holds(lo, hi):
         touch(dl)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from _common import (
     Finding,
     Reader,
+    agree_with_numpy,
     check_inside,
     check_readonly,
     clip,
@@ -55,6 +56,7 @@ def test_one_input(data: bytes) -> None:
         raise Finding(f"view of item size {dl.itemsize} from items of {d['itemsize']} bytes")
     check_inside(dl, lo, hi, "the span the exporter described")
     check_readonly(dl, d["readonly"], "the exporter's buffer is read-only")
+    agree_with_numpy(dl, exporter)
     if exporter.address <= lo and hi <= exporter.address + SIZE:
         touch(dl)
     del dl

@@ -12,6 +12,7 @@ from _common import (
     Iface,
     Memory,
     Reader,
+    agree_with_numpy,
     check_inside,
     check_readonly,
     imported,
@@ -68,6 +69,7 @@ def test_one_input(data: bytes) -> None:
         raise Finding(f"typestr {d['typestr']!r} ({size} bytes) read as {dl.dtype.name}")
     check_readonly(dl, d["readonly"], "data = (address, True)")
     check_inside(dl, MEMORY.address, MEMORY.address + d["n"] * size, "the memory described")
+    agree_with_numpy(dl, Iface(ai))
     touch(dl)
 
 
