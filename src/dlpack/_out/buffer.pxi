@@ -1,5 +1,8 @@
 # Consumer side: the buffer protocol (memoryview, array.array, file.write).
 
+cdef extern from "Python.h":
+    enum: PyBUF_MAX_NDIM                # 64: the most dimensions a Py_buffer may have
+
 cdef char _BUFFER_FORMATS[kDLBool + 1][17][3]   # [code][item bytes]: the format written
 
 
@@ -40,6 +43,9 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
+    if n > PyBUF_MAX_NDIM:              # exporters must respect it (CPython's Py_buffer docs)
+        raise Refusal(f"buffer protocol: {n} dimensions; it carries at most "
+                      f"{PyBUF_MAX_NDIM}; use __dlpack__ or __array_interface__")
     cdef const char *fmt = _buffer_format(self)
     _host_wait(self)
     if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
