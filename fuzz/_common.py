@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import pickle
 import sys
 import warnings
 import weakref
@@ -22,6 +23,7 @@ with atheris.instrument_imports():
     import dlpack._types
 
 ALLOWED = (TypeError, BufferError)      # dlpack.CudaError is a BufferError
+EXPORT_MAX = 1 << 16        # bytes: larger views (zero strides) are not exported (copies)
 VERBOSE = bool(os.environ.get("FUZZ_VERBOSE"))     # print each import's outcome (seeds)
 
 
@@ -102,10 +104,42 @@ def agree_with_numpy(dl, provider) -> None:
 
 
 def touch(dl) -> None:
-    """Read every byte the view reaches (libc memcpy: AddressSanitizer checks the range)."""
+    """Read every byte the view reaches (libc memcpy: AddressSanitizer checks the range), then
+    export it every way, each export checked against the view (the writers see the fuzzed
+    layouts too). Only for views over the harness's memory: exports read it."""
     a, b = span(dl)
     if b > a:
         ctypes.string_at(a, b - a)
+    if dl.nbytes > EXPORT_MAX:
+        return
+    layout = (dl.shape, dl.strides, dl.dtype.name, dl.data_ptr, dl.device)
+    for version in (None, (1, 0)):
+        try:
+            back = dlpack.asdlpack(dl.__dlpack__(max_version=version))
+        except ALLOWED:
+            continue
+        got, want = (back.shape, back.strides, back.dtype.name, back.data_ptr, back.device), layout
+        if version is None and dl.readonly:     # a legacy consumer gets a copy (spec §4)
+            got, want = got[0:3:2], want[0:3:2]
+        if got != want:
+            raise Finding(f"__dlpack__(max_version={version}) of {want} reads back as {got}")
+    try:
+        memoryview(dl).tobytes()
+    except ALLOWED:
+        pass
+    try:
+        dl.__array_interface__  # noqa: B018  (its getter builds the dict)
+    except (*ALLOWED, AttributeError):
+        pass
+    for protocol in (2, 5):
+        try:
+            back = pickle.loads(pickle.dumps(dl, protocol=protocol))
+        except ALLOWED:
+            continue
+        if (back.shape, back.dtype.name, back.readonly) != (dl.shape, dl.dtype.name,
+                                                          dl.readonly):
+            raise Finding(f"pickle protocol {protocol} of {layout} reads back as "
+                          f"{(back.shape, back.dtype.name, back.readonly)}")
 
 
 _NAMES: dict[bytes, ctypes.Array] = {}      # capsule names, alive for good (a few)
