@@ -129,3 +129,13 @@ def test_buffer_carries_at_most_64_dimensions():
     with pytest.raises(BufferError, match="65 dimensions; it carries at most 64"):
         memoryview(wide)
     assert asdlpack(wide.__dlpack__()).ndim == 65
+
+
+def test_empty_array_byte_strides_do_not_overflow():
+    """An empty array's normalised C strides may exceed what bytes can count (shape (0, 2**62)
+    of complex128: 2**62 elements); the buffer export writes them without signed overflow
+    (the sanitizer job's UBSan checks it; found by fuzz/fuzz_array_struct.py)."""
+    raw = bytearray(16)
+    dl = from_address(asdlpack(raw).data_ptr, (0, 2**62), "complex128", owner=raw)
+    m = memoryview(dl)
+    assert (m.shape, m.nbytes, m.strides[1]) == ((0, 2**62), 0, 16)
