@@ -117,4 +117,4 @@ def seeds() -> dict[str, bytes]:
 
 
 if __name__ == "__main__":
-    main(test_one_input)
+    main(test_one_input, pickle)
