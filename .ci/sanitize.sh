@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sanitizer job (issue 10): the extension built with AddressSanitizer and UBSan, then the
-# stdlib + NumPy + ctypes parts of the suite and the hostile corpus run under it. Any report,
-# in pytest itself or in one of the corpus's child interpreters, fails the job: reports go to
-# log files (children inherit the environment), and the job goes red when one exists.
+# stdlib + NumPy + ctypes parts of the suite and the hostile corpus run under it, then the
+# coverage-guided fuzz harnesses (fuzz/run.sh: atheris, each parser and struct reader for 12 s
+# from its seed corpus). Any report, in pytest itself, in one of the corpus's child
+# interpreters or in a harness, fails the job: reports go to log files (children inherit the
+# environment), and the job goes red when one exists; so does a harness's finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -38,6 +40,15 @@ status=0
         python -m pytest -q -p no:cacheprovider --pyargs dlpack.tests \
             -k "not leak and not no_growth and not bitmap_past_the_memory"
 ) || status=$?
+
+# The fuzz harnesses on this build. atheris ships its own libFuzzer; fuzz/run.sh preloads
+# libasan for each harness (FUZZ_ASAN_RUNTIME), behind a shim that keeps atheris' coverage
+# going to that libFuzzer (fuzz/covshim.c says why). About 2 minutes in all.
+python -m pip install -q atheris
+PYTHONMALLOC=malloc FUZZ_ASAN_RUNTIME="$asan_rt" PYTHON=python \
+ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$logs/asan" \
+UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan" \
+    bash fuzz/run.sh 12 || status=$?
 
 # A report is an ASan/UBSan error or summary; ASan's warnings (a NULL from an allocation too
 # big, as asked for above) are not.

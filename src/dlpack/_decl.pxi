@@ -82,6 +82,8 @@ cdef extern from "Python.h":
     Py_ssize_t PyBytes_GET_SIZE(object)
 
 cdef enum:                          # NumPy's array flags (ndarray.flags, PyArrayInterface.flags)
+    NPY_C_CONTIGUOUS = 0x1
+    NPY_F_CONTIGUOUS = 0x2
     NPY_ALIGNED = 0x100
     NPY_NOTSWAPPED = 0x200
     NPY_WRITEABLE = 0x400

@@ -6,6 +6,8 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
     cdef DLPackObject r
     cdef PyArrayInterface s
     cdef int i
+    cdef int64_t step = 1
+    cdef Strides given = STRIDES_BYTES
     cdef unsigned char kind
     if not PyCapsule_CheckExact(capsule):
         raise Refusal(f"__array_struct__ = {type(capsule).__name__} object is not a PyCapsule")
@@ -44,10 +46,19 @@ cdef DLPackObject _from_array_struct(object obj, object capsule):
                       "cannot be exchanged through DLPack")
     if not s.flags & NPY_WRITEABLE:
         r._flags |= FLAG_READ_ONLY
+    if s.strides == NULL:
+        given = STRIDES_C
+        if s.flags & (NPY_C_CONTIGUOUS | NPY_F_CONTIGUOUS) == NPY_F_CONTIGUOUS:
+            # Fortran order, as NumPy reads a struct without strides flagged F_CONTIGUOUS only
+            given = STRIDES_ELEMENTS
+            for i in range(s.nd):
+                r.dl.strides[i] = step
+                if _mul_ovf(step, r.dl.shape[i], &step):
+                    step = 0        # the element count overflows too: _validate refuses it
     r.dl.data = s.data
     r.dl.device.device_type = kDLCPU
     r._base = obj
-    r._validate("__array_struct__", STRIDES_C if s.strides == NULL else STRIDES_BYTES, 0, -1)
+    r._validate("__array_struct__", given, 0, -1)
     return r
 
 

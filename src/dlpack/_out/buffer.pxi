@@ -1,5 +1,8 @@
 # Consumer side: the buffer protocol (memoryview, array.array, file.write).
 
+cdef extern from "Python.h":
+    enum: PyBUF_MAX_NDIM                # 64: the most dimensions a Py_buffer may have
+
 cdef char _BUFFER_FORMATS[kDLBool + 1][17][3]   # [code][item bytes]: the format written
 
 
@@ -37,9 +40,13 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
     cdef int i, n = self.dl.ndim
     cdef Py_ssize_t itemsize = self.lay.itemsize
+    cdef int64_t stride
     if not _host_accessible(self.dl.device.device_type):
         raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
+    if n > PyBUF_MAX_NDIM:              # exporters must respect it (CPython's Py_buffer docs)
+        raise Refusal(f"buffer protocol: {n} dimensions; it carries at most "
+                      f"{PyBUF_MAX_NDIM}; use __dlpack__ or __array_interface__")
     cdef const char *fmt = _buffer_format(self)
     _host_wait(self)
     if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
@@ -60,7 +67,11 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
             raise MemoryError()
         for i in range(n):
             self._pydims[i] = self.dl.shape[i]
-            self._pydims[n + i] = self.dl.strides[i] * itemsize
+            # the byte stride; only an empty array's normalised (C) stride can overflow
+            # (shape (0, 2**62) of complex128): it is never applied, so 0 stands for it
+            if _mul_ovf(self.dl.strides[i], itemsize, &stride):
+                stride = 0
+            self._pydims[n + i] = <Py_ssize_t>stride
     view.buf = self.dl.data
     view.obj = self
     view.len = self.lay.nbytes

@@ -2,6 +2,8 @@
 refusals are the hostile corpus's group ``array_struct``; the layouts it shares with
 __array_interface__ are pinned in test_in_array_interface."""
 
+import ctypes
+
 import pytest
 
 from dlpack import _types, asdlpack
@@ -31,3 +33,24 @@ def test_flags_are_numpys():
         asdlpack(array_struct(flags=ALIGNED | WRITEABLE))
     with pytest.raises(BufferError, match="ALIGNED"):
         asdlpack(array_struct(flags=NOTSWAPPED | WRITEABLE))
+
+
+F_CONTIGUOUS = 0x2                  # NPY_ARRAY_F_CONTIGUOUS
+
+
+@pytest.mark.parametrize("order", ["C", "F", "CF"])
+def test_no_strides_is_read_as_numpy_reads_it(order):
+    """A struct without strides is C-contiguous, or Fortran-contiguous when its flags say
+    F_CONTIGUOUS and not C_CONTIGUOUS: NumPy, the protocol's reference, reads it so (found by
+    fuzz/fuzz_array_struct.py)."""
+    np = pytest.importorskip("numpy")
+    flags = ALIGNED | NOTSWAPPED | WRITEABLE | {"C": 0x1, "F": F_CONTIGUOUS, "CF": 0x3}[order]
+    provider = array_struct(nd=3, typekind=b"u", itemsize=1, shape=(2, 3, 4), strides=None,
+                            flags=flags)
+    ctypes.memmove(provider.s.data, bytes(range(24)), 24)
+    expected = np.asarray(provider)
+    dl = asdlpack(provider)
+    assert dl.strides == tuple(s // expected.itemsize for s in expected.strides)
+    got = np.from_dlpack(dl)
+    np.testing.assert_array_equal(got, expected)
+    assert got.__array_interface__["data"][0] == expected.__array_interface__["data"][0]

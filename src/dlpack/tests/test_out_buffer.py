@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from dlpack import asdlpack
+from dlpack import asdlpack, from_address
 from dlpack.tests.helpers import Iface, lib
 
 np = lib("numpy")
@@ -116,3 +116,26 @@ def test_formats_written_are_read_back_as_the_same_type():
             written.add(dl.dtype.name)
     assert written == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                        "uint64", "float16", "float32", "float64", "complex64", "complex128"}
+
+
+def test_buffer_carries_at_most_64_dimensions():
+    """PyBUF_MAX_NDIM (64) binds exporters: more is a BufferError naming it and the ways out,
+    not memoryview's ValueError after an export it cannot hold (found by fuzz/fuzz_buffer.py);
+    the other outputs carry every dimension."""
+    raw = bytearray(8)
+    address = asdlpack(raw).data_ptr
+    assert memoryview(from_address(address, (1,) * 64, "uint8", owner=raw)).ndim == 64
+    wide = from_address(address, (1,) * 65, "uint8", owner=raw)
+    with pytest.raises(BufferError, match="65 dimensions; it carries at most 64"):
+        memoryview(wide)
+    assert asdlpack(wide.__dlpack__()).ndim == 65
+
+
+def test_empty_array_byte_strides_do_not_overflow():
+    """An empty array's normalised C strides may exceed what bytes can count (shape (0, 2**62)
+    of complex128: 2**62 elements); the buffer export writes them without signed overflow
+    (the sanitizer job's UBSan checks it; found by fuzz/fuzz_array_struct.py)."""
+    raw = bytearray(16)
+    dl = from_address(asdlpack(raw).data_ptr, (0, 2**62), "complex128", owner=raw)
+    m = memoryview(dl)
+    assert (m.shape, m.nbytes, m.strides[1]) == ((0, 2**62), 0, 16)
