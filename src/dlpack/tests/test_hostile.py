@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from functools import cache
 
 import pytest
 
 from dlpack.tests import hostile
+from dlpack.tools._child import Child
 
 # Cases whose modules are importable here, decided once in the parent: absent ones skip.
 CASES = list(hostile.CASES.values())
@@ -39,22 +38,17 @@ def run_group(group: str) -> dict[str, dict]:
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     while len(outcomes) < len(names):
         first = next(n for n in names if n not in outcomes)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "dlpack.tests.hostile", group, first],
-                capture_output=True, text=True, timeout=TIMEOUT, env=env)
-            out, err, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err, rc = f"timed out after {TIMEOUT} s", None
-        running = None
-        for line in out.splitlines():
-            if line.startswith("START "):
-                running = line[6:]
-            elif line.startswith("RESULT "):
-                result = json.loads(line[7:])
-                outcomes[result["case"]] = result
-                running = None
+        with Child(["-m", "dlpack.tests.hostile", group, first], env, TIMEOUT) as child:
+            running = None
+            for line in child.lines():
+                if line.startswith("START "):
+                    running = line[6:].rstrip("\n")
+                elif line.startswith("RESULT "):
+                    result = json.loads(line[7:])
+                    outcomes[result["case"]] = result
+                    running = None
+            rc = child.finish()
+            err = child.log() + (f"\nsilent for {TIMEOUT} s: stopped" if child.timed_out else "")
         if rc != 0 or running is not None:
             crashed = running or first
             outcomes[crashed] = {"case": crashed, "crash": rc, "stderr": err[-4000:]}
