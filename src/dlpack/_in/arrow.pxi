@@ -41,12 +41,6 @@ ctypedef struct _ArrowType:
     bint unwrap                     # the column is the one field of a struct (record batch)
     bint tensor                     # arrow.fixed_shape_tensor (then nlists == 1)
 
-cdef dict _ARROW_DEVICE_NAMES = {
-    4: "ARROW_DEVICE_OPENCL", 7: "ARROW_DEVICE_VULKAN", 8: "ARROW_DEVICE_METAL",
-    9: "ARROW_DEVICE_VPI", 10: "ARROW_DEVICE_ROCM", 11: "ARROW_DEVICE_ROCM_HOST",
-    12: "ARROW_DEVICE_EXT_DEV", 14: "ARROW_DEVICE_ONEAPI", 15: "ARROW_DEVICE_WEBGPU",
-    16: "ARROW_DEVICE_HEXAGON"}
-
 # The variable-size types' names as Arrow (and PyArrow's pa.<name>()) call them.
 cdef dict _ARROW_NAMES = {
     "u": "string", "U": "large_string", "vu": "string_view", "z": "binary",
