@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sanitizer job (issue 10): the extension built with AddressSanitizer and UBSan, then the
-# stdlib + NumPy + ctypes parts of the suite and the hostile corpus run under it. Any report,
+# Sanitizer job (docs/spec.md §7: bad input never crashes the interpreter): the extension
+# built with AddressSanitizer and UBSan, then the stdlib + NumPy + ctypes parts of the suite
+# and the hostile corpus run under it. Any report,
 # in pytest itself or in one of the corpus's child interpreters, fails the job: reports go to
 # log files (children inherit the environment), and the job goes red when one exists.
 set -euo pipefail

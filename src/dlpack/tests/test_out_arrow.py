@@ -227,7 +227,7 @@ def test_export_device_stream_protocol():
 
 def test_export_capsules_renamed_are_freed_as_what_they_were_made():
     """A capsule renamed before it is dropped is still freed as the struct it holds (one
-    destructor per struct kind, as for DLPack capsules: issue 18, class 8)."""
+    destructor per struct kind, as for DLPack capsules: spec §4)."""
     set_name = ctypes.pythonapi.PyCapsule_SetName
     set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
     dl = asdlpack(bytearray(16))
