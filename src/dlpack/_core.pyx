@@ -5,8 +5,9 @@
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
-include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_cuda.pxi"              # the CUDA driver and stream ordering
+include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
+include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
 include "_in/buffer.pxi"         # readers, one per protocol
 include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
