@@ -1,6 +1,7 @@
 """Run the hostile corpus (``hostile.py``, docs/spec.md §7) and judge every case.
 
-Each group runs in its own child interpreter, so a crash (segfault, abort, a sanitizer report)
+Each group runs in its own child interpreter (``dlpack.tools._child``, the checker's runner;
+one silent for TIMEOUT seconds is stopped), so a crash (segfault, abort, a sanitizer report)
 cannot take the test run down: it fails the case that was running, named by the child's last
 ``START`` line, and the rest of the group resumes in a fresh child. The child inherits the
 environment, so under the sanitizer job (``.ci/sanitize.sh``) the children are checked too.
