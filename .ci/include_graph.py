@@ -7,7 +7,7 @@ only through the shared files (docs/spec.md §1's layout).
 A file's names are what it defines at column 0 (cdef/cpdef/def functions, cdef classes,
 structs, ctypedefs, fused types, module variables), the members of its enums and the names its
 `cdef extern` blocks declare. Names _core.pyx defines itself (the core type) are every file's.
-Exit status 1 on a use not allowlisted below, or an allowlist entry that no longer applies.
+Exit status 1 on any such use: the fix moves the name to the file where it belongs.
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ import re
 import sys
 import tokenize
 from pathlib import Path
-
-# (file, name): why the use stays for now. Each entry is a debt: the fix moves the name.
-ALLOWED: dict[tuple[str, str], str] = {
-}
 
 _INCLUDE = re.compile(r'^include\s+"([^"]+)"', re.M)
 _FUNC = re.compile(r'(\w+)\s*(?:"[^"]*")?\s*\(')
@@ -144,7 +140,7 @@ def side(name: str) -> str | None:
 
 
 def problems(src: Path) -> list[str]:
-    """Every use out of order or across _in/ and _out/, allowlisted or not."""
+    """Every use out of order or across _in/ and _out/."""
     files = includes(src / "_core.pyx")
     texts = {f: (src / f).read_text() for f in files}
     core = defined((src / "_core.pyx").read_text())
@@ -171,17 +167,11 @@ def problems(src: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     src = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "src/dlpack"
     found = problems(src)
-    allowed = {(line.split()[0], line.split()[2]) for line in found} & set(ALLOWED)
-    bad = [line for line in found if (line.split()[0], line.split()[2]) not in ALLOWED]
-    stale = sorted(set(ALLOWED) - allowed)
-    for line in bad:
+    for line in found:
         print(f"include graph: {line}")
-    for f, name in stale:
-        print(f"include graph: the allowlist's ({f!r}, {name!r}) no longer applies: remove it")
     files = includes(src / "_core.pyx")
-    print(f"include graph: {len(files)} files, {len(found)} uses out of place "
-          f"({len(allowed)} allowlisted), {len(bad) + len(stale)} problems")
-    return 1 if bad or stale else 0
+    print(f"include graph: {len(files)} files, {len(found)} problems")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
