@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Sanitizer job (issue 10): the extension built with AddressSanitizer and UBSan, then the
-# stdlib + NumPy + ctypes parts of the suite and the hostile corpus run under it, then the
-# coverage-guided fuzz harnesses (fuzz/run.sh: atheris, each parser and struct reader for 12 s
-# from its seed corpus). Any report, in pytest itself, in one of the corpus's child
-# interpreters or in a harness, fails the job: reports go to log files (children inherit the
-# environment), and the job goes red when one exists; so does a harness's finding.
+# Sanitizer job (docs/spec.md §7: bad input never crashes the interpreter): the extension
+# built with AddressSanitizer and UBSan, then the stdlib + NumPy + ctypes parts of the suite
+# and the hostile corpus run under it, then the coverage-guided fuzz harnesses (fuzz/run.sh:
+# atheris, each parser and struct reader for 12 s from its seed corpus). Any report, in pytest
+# itself, in one of the corpus's child interpreters or in a harness, fails the job: reports go
+# to log files (children inherit the environment), and the job goes red when one exists; so
+# does a harness's finding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS

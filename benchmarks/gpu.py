@@ -1,4 +1,4 @@
-"""CUDA exchange targets (the devices issue), as ratios against the native path in one process.
+"""CUDA exchange targets (docs/spec.md §8, §10), as ratios against the native path in one process.
 
 Run on a machine with a GPU and torch, CuPy and Numba built for CUDA:
 

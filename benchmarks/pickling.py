@@ -1,4 +1,4 @@
-"""Pickling across processes (the pickle issue): ratios against NumPy or torch in one run.
+"""Pickling across processes (docs/spec.md §11): ratios against NumPy or torch in one run.
 
     pip install . numpy torch==2.13.0 "dask[distributed]" ray && python benchmarks/pickling.py
 

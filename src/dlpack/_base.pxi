@@ -34,6 +34,36 @@ cdef int _check_dims(str protocol, str field, Py_ssize_t ndim, bint has_shape) e
     return 0
 
 
+# The device kinds, one table: DLDeviceType (dlpack.h's members) and the name Arrow's C device
+# interface gives the same number (spec §13). _known_device, _arrow_kind, _device_name and
+# the Arrow reader's refusals all read it.
+cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
+cdef dict _ARROW_DEVICE_NAMES = {int(d): "ARROW_DEVICE_" + name for d, name in (
+    (DLDeviceType.kDLCPU, "CPU"), (DLDeviceType.kDLCUDA, "CUDA"),
+    (DLDeviceType.kDLCUDAHost, "CUDA_HOST"), (DLDeviceType.kDLOpenCL, "OPENCL"),
+    (DLDeviceType.kDLVulkan, "VULKAN"), (DLDeviceType.kDLMetal, "METAL"),
+    (DLDeviceType.kDLVPI, "VPI"), (DLDeviceType.kDLROCM, "ROCM"),
+    (DLDeviceType.kDLROCMHost, "ROCM_HOST"), (DLDeviceType.kDLExtDev, "EXT_DEV"),
+    (DLDeviceType.kDLCUDAManaged, "CUDA_MANAGED"), (DLDeviceType.kDLOneAPI, "ONEAPI"),
+    (DLDeviceType.kDLWebGPU, "WEBGPU"), (DLDeviceType.kDLHexagon, "HEXAGON"))}
+cdef enum:
+    _KIND_KNOWN = 1
+    _KIND_ARROW = 2
+    _KIND_LIMIT = 32                # above every DLDeviceType value
+cdef unsigned char _KINDS[_KIND_LIMIT]      # the table as bits, for code without the GIL
+
+
+cdef int _fill_kinds() except -1:
+    """_KINDS from the two dicts above."""
+    memset(_KINDS, 0, sizeof(_KINDS))
+    for kind in _DEVICE_TYPES:
+        _KINDS[kind] = _KIND_KNOWN | (_KIND_ARROW if kind in _ARROW_DEVICE_NAMES else 0)
+    return 0
+
+
+_fill_kinds()
+
+
 # Devices whose memory the CPU can read and write directly.
 cdef inline bint _host_accessible(int32_t device_type) noexcept nogil:
     return (device_type == kDLCPU or device_type == kDLCUDAHost
@@ -44,8 +74,12 @@ cdef inline bint _cuda_kind(int32_t device_type) noexcept nogil:
             or device_type == kDLCUDAManaged)
 
 cdef inline bint _known_device(int32_t device_type) noexcept nogil:
-    """A DLDeviceType member of the vendored dlpack.h (1 to 18; 5 and 6 are unassigned)."""
-    return 1 <= device_type <= 18 and device_type != 5 and device_type != 6
+    """A DLDeviceType member of the vendored dlpack.h (the table above)."""
+    return 0 <= device_type < _KIND_LIMIT and _KINDS[device_type] & _KIND_KNOWN != 0
+
+cdef inline bint _arrow_kind(int32_t device_type) noexcept nogil:
+    """A device Arrow's C device interface numbers as DLPack does (spec §13.2)."""
+    return 0 <= device_type < _KIND_LIMIT and _KINDS[device_type] & _KIND_ARROW != 0
 
 
 cdef int _unknown_device(str protocol, DLDevice dev) except -1:
@@ -56,7 +90,6 @@ cdef int _unknown_device(str protocol, DLDevice dev) except -1:
 
 
 cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
-cdef dict _DEVICE_TYPES = {int(d): d for d in DLDeviceType}
 cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
 
 

@@ -5,8 +5,9 @@
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
-include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_cuda.pxi"              # the CUDA driver and stream ordering
+include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
+include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
 include "_in/buffer.pxi"         # readers, one per protocol
 include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
@@ -73,6 +74,17 @@ cdef class DLPackObject:
     (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
     gone; read-only data stays read-only for every consumer that can say so.
     """
+    # The fields in groups, each with the files meant to write it (docs/spec.md §1). Today
+    # also written elsewhere, to be moved to the owner (counted by field, file):
+    #   description: dl, _flags, lay, _inline -- the readers (_in/) and _validate; also
+    #     _own.pxi (adopting a tensor), _out/pickle.pxi (unpickling), _copy.pxi (lay), _share
+    #   ownership: _view, _has_view, _managed, _managed_versioned, _base, _keep -- _own.pxi;
+    #     also every reader (_base, _keep, _view) and _core.pyx (_share, _release_view)
+    #   producer sync: _stream, _work_api, _resync, _event (one set at most; _sync_for and
+    #     _export_device_copy each write the precedence) -- the readers that meet a producer's
+    #     stream (_in/dlpack, _in/array_interface, _in/arrow); also _share and _own.pxi
+    #   export options: _legacy_import, _legacy_readonly, _plain_versioned -- _core.pyx,
+    #     _own.pxi; caches: _pydims (_out/buffer.pxi), _shape_t (the shape property)
     cdef DLTensor dl                    # the description; data already includes byte_offset
     cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
     cdef Layout lay                     # what _validate derives from shape, strides and dtype

@@ -127,6 +127,10 @@ _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVI
                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER,
                      CU_POINTER_ATTRIBUTE_CONTEXT]
 cdef int _CU_BUFFER_ID = CU_POINTER_ATTRIBUTE_BUFFER_ID
+# torch.Tensor's __dlpack_c_exchange_api__, once _in/dlpack.pxi found it usable: the reader's
+# fast path calls it, and a CUDA export asks whether an object's work API is torch's.
+cdef DLPackExchangeAPI *_torch_api = NULL
+cdef object _torch_api_capsule = None       # keeps the API struct alive
 
 
 class CudaError(Refusal):

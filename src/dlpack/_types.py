@@ -15,15 +15,11 @@ FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 
 class Refusal(BufferError):
-    """pydlpack's own refusal: its message starts with the protocol it names (``protocol``).
+    """pydlpack's own refusal: its message starts with the protocol it names.
 
     asdlpack wraps a producer's error in one naming the protocol that raised it, and passes
     one of these on as it is: the type says which is which, not the message's wording.
     """
-
-    @property
-    def protocol(self) -> str:
-        return str(self).partition(":")[0]
 
     def __reduce__(self) -> tuple:
         # Pickled (a Dask or Ray worker's error) as what it shows itself as; subclasses as such.

@@ -139,8 +139,6 @@ ctypedef int (*_FromPyObject)(void *, DLManagedTensorVersioned **) noexcept
 
 
 cdef object _torch_tensor = None              # torch.Tensor, once torch is imported
-cdef DLPackExchangeAPI *_torch_api = NULL   # its __dlpack_c_exchange_api__, when usable
-cdef object _torch_api_capsule = None       # keeps the API struct alive
 cdef object _torch_is_neg = None            # torch.Tensor's own is_neg, is_conj and
 cdef object _torch_is_conj = None           # requires_grad, looked up once: asking them costs
 cdef object _torch_requires_grad = None     # no attribute lookup or bound method per tensor

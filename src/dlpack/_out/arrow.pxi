@@ -234,7 +234,7 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
         raise Refusal(f"{protocol}: the data is on {_device_name(self.dl.device)}; this "
                       "method is for CPU memory: use __arrow_c_device_array__ or "
                       "__arrow_c_device_stream__")
-    if not (dt == kDLCPU or dt == 2 or dt == 3 or dt == 4 or 7 <= dt <= 16):
+    if not _arrow_kind(dt):
         raise Refusal(f"{protocol}: Arrow has no device type for "
                       f"{_device_name(self.dl.device)}")
     d.device_type = dt

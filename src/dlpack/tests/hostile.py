@@ -2266,7 +2266,7 @@ for _register in (_register_sizes, _register_sequences, _register_typestr, _regi
                   _register_address, _register_arrow, _register_arrow_out):
     _register()
 
-# -- issue 18: alignment, keep-alive, snapshots, deleters, chains, capsule kinds, UB, leaks -------
+# -- spec §4, §6: alignment, keep-alive, snapshots, deleters, chains, capsule kinds, UB, leaks --
 
 def _residues(*capsules) -> list:
     """data % 256 and byte_offset of each capsule's tensor (0, 0 when the copy is aligned)."""

@@ -332,3 +332,18 @@ def test_every_shipped_factory_is_graded():
         assert [r["rule"] for r in report["results"]] == RULES, report
         assert {r["status"] for r in report["results"]} <= {"pass", "fail", "n/a"}
         assert all(r["evidence"] for r in report["results"])
+
+
+def test_child_runner_survives_a_crash_and_stops_a_silent_child():
+    """tools._child, the runner of check_isolated and of the hostile corpus: lines come as
+    written, a segfault is an exit status, a child silent past its timeout is killed."""
+    from dlpack.tools._child import Child
+
+    crash = "print('one', flush=True); import ctypes; ctypes.string_at(0)"
+    with Child(["-c", crash], os.environ, 60) as child:
+        assert list(child.lines()) == ["one\n"]
+        assert child.finish() < 0 and not child.timed_out
+    with Child(["-c", "import time; print('up', flush=True); time.sleep(60)"], os.environ,
+               1) as child:
+        assert list(child.lines()) == ["up\n"]
+        assert child.timed_out and child.finish() < 0

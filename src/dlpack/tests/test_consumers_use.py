@@ -1,4 +1,4 @@
-"""Differential tests with consumers that *use* bridged data, not only read it back (issue 18).
+"""Differential tests with consumers that *use* bridged data, not only read it back (spec §4, §6).
 
 A JAX computation, TensorFlow kernels (on shared data and on a legacy consumer's private
 copy), NumPy reading after the provider and every other reference are gone and memory was

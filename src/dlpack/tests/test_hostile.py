@@ -1,6 +1,7 @@
 """Run the hostile corpus (``hostile.py``, docs/spec.md §7) and judge every case.
 
-Each group runs in its own child interpreter, so a crash (segfault, abort, a sanitizer report)
+Each group runs in its own child interpreter (``dlpack.tools._child``, the checker's runner;
+one silent for TIMEOUT seconds is stopped), so a crash (segfault, abort, a sanitizer report)
 cannot take the test run down: it fails the case that was running, named by the child's last
 ``START`` line, and the rest of the group resumes in a fresh child. The child inherits the
 environment, so under the sanitizer job (``.ci/sanitize.sh``) the children are checked too.
@@ -10,20 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from functools import cache
 
 import pytest
 
 from dlpack.tests import hostile
+from dlpack.tools._child import Child
 
 # Cases whose modules are importable here, decided once in the parent: absent ones skip.
 CASES = list(hostile.CASES.values())
 TIMEOUT = 120
-
-# Cases main still fails, with the reason; strict, so a fix turns them into a failure to remove.
-KNOWN: dict[str, str] = {}
 
 
 @cache
@@ -39,22 +36,17 @@ def run_group(group: str) -> dict[str, dict]:
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     while len(outcomes) < len(names):
         first = next(n for n in names if n not in outcomes)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "dlpack.tests.hostile", group, first],
-                capture_output=True, text=True, timeout=TIMEOUT, env=env)
-            out, err, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err, rc = f"timed out after {TIMEOUT} s", None
-        running = None
-        for line in out.splitlines():
-            if line.startswith("START "):
-                running = line[6:]
-            elif line.startswith("RESULT "):
-                result = json.loads(line[7:])
-                outcomes[result["case"]] = result
-                running = None
+        with Child(["-m", "dlpack.tests.hostile", group, first], env, TIMEOUT) as child:
+            running = None
+            for line in child.lines():
+                if line.startswith("START "):
+                    running = line[6:].rstrip("\n")
+                elif line.startswith("RESULT "):
+                    result = json.loads(line[7:])
+                    outcomes[result["case"]] = result
+                    running = None
+            rc = child.finish()
+            err = child.log() + (f"\nsilent for {TIMEOUT} s: stopped" if child.timed_out else "")
         if rc != 0 or running is not None:
             crashed = running or first
             outcomes[crashed] = {"case": crashed, "crash": rc, "stderr": err[-4000:]}
@@ -66,7 +58,7 @@ def run_group(group: str) -> dict[str, dict]:
 
 def check(case: hostile.Case, got: dict) -> None:
     """Assert one outcome against the case's expectation."""
-    if "crash" in got:      # pytest.fail, not an assertion: no xfail of KNOWN may hide a crash
+    if "crash" in got:
         pytest.fail(f"{case.name} crashed the child (exit {got['crash']}):\n{got['stderr']}")
     expect = case.expect
     if isinstance(expect, hostile.Raises):
@@ -87,14 +79,11 @@ def check(case: hostile.Case, got: dict) -> None:
 
 
 def test_corpus_size() -> None:
-    """Issue 10 asks for at least 200 hostile cases."""
+    """Spec §7's hostile input is tried broadly: at least 200 cases."""
     assert len(CASES) >= 200
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(
-        reason=KNOWN[c.name], raises=AssertionError, strict=True))
-    if c.name in KNOWN else c for c in CASES], ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile(case: hostile.Case) -> None:
     if not hostile.available(case):
         pytest.skip(f"needs {', '.join(case.needs)}")

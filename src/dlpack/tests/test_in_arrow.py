@@ -494,7 +494,7 @@ def test_pyarrow_fixed_shape_tensor_strides_as_pyarrow_gives_them(shape):
             got.shape, got.strides)
 
 
-def test_pyarrow_fixed_shape_tensor_issue_example():
+def test_pyarrow_fixed_shape_tensor_permuted():
     pa = lib("pyarrow")
     np = lib("numpy")
     storage = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(120, dtype=np.float32)), 60)

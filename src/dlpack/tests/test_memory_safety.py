@@ -1,4 +1,4 @@
-"""Memory safety with real consumers (issue 18; the hostile corpus has the refusals): copies
+"""Memory safety with real consumers (the hostile corpus has the refusals): copies
 aligned for the kernels that use them, what providers keep alive kept alive, deleters safe on
 any thread and at shutdown, interfaces that cannot be given absent (docs/spec.md §4–§7)."""
 

@@ -227,7 +227,7 @@ def test_export_device_stream_protocol():
 
 def test_export_capsules_renamed_are_freed_as_what_they_were_made():
     """A capsule renamed before it is dropped is still freed as the struct it holds (one
-    destructor per struct kind, as for DLPack capsules: issue 18, class 8)."""
+    destructor per struct kind, as for DLPack capsules: spec §4)."""
     set_name = ctypes.pythonapi.PyCapsule_SetName
     set_name.restype, set_name.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
     dl = asdlpack(bytearray(16))
@@ -402,3 +402,36 @@ def test_jax_to_polars_values():
     assert s.dtype == pl.Float32
 
 
+
+
+# -- one table of device kinds (docs/spec.md §3.1, §13) ------------------------------------------
+
+ARROW_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA_HOST", 4: "OPENCL", 7: "VULKAN", 8: "METAL",
+               9: "VPI", 10: "ROCM", 11: "ROCM_HOST", 12: "EXT_DEV", 13: "CUDA_MANAGED",
+               14: "ONEAPI", 15: "WEBGPU", 16: "HEXAGON"}      # Arrow's abi.h, spelled out
+
+
+@pytest.mark.parametrize("kind", [*range(-1, 34), 2**31 - 1, -(2**31)])
+def test_device_kinds_one_table(kind):
+    """The reader accepts exactly DLDeviceType's members; the Arrow writer exports the kinds
+    Arrow numbers as DLPack does (no CUDA work: 2, 3 and 13 are left to the CUDA tests), the
+    Arrow reader names the ones it refuses as Arrow does."""
+    from dlpack import DLDeviceType
+    from dlpack.tests.hostile import dl_capsule
+
+    known = kind in {int(d) for d in DLDeviceType}
+    if not known:
+        with pytest.raises(BufferError, match="is not a device type DLPack"):
+            asdlpack(dl_capsule(device=(kind, 0)))
+    else:
+        obj = asdlpack(dl_capsule(device=(kind, 0)))
+        assert obj.__dlpack_device__() == (kind, 0)
+        if kind not in ARROW_NAMES:
+            with pytest.raises(BufferError, match="Arrow has no device type"):
+                obj.__arrow_c_device_array__()
+        elif kind not in (2, 3, 13):
+            _schema, array = obj.__arrow_c_device_array__()
+            assert struct_of(array, b"arrow_device_array").device_type == kind
+    if kind in ARROW_NAMES and kind not in (1, 2, 3, 13):
+        with pytest.raises(BufferError, match=f"ARROW_DEVICE_{ARROW_NAMES[kind]}\\)"):
+            asdlpack(ap.DeviceProducer(ap.primitive("f", [1.0], b"f"), device_type=kind))

@@ -31,16 +31,11 @@ import gc
 import importlib
 import json
 import operator
-import queue
 import re
 import signal
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import textwrap
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
@@ -56,15 +51,16 @@ from dlpack._types import (
     DLDeviceType,
 )
 from dlpack.tools import check_arrow
-from dlpack.tools.matrix import JsonArgumentParser, _wrap, quiet_native_stderr, terminal_width
+from dlpack.tools._child import Child
+from dlpack.tools._cli import JsonArgumentParser, quiet_native_stderr, terminal_width
+from dlpack.tools._cli import wrap as _wrap
+from dlpack.tools._memory import readable
 
 SCHEMA = "pydlpack-check/1"
 VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
-POLL = 0.1             # seconds between looks at the worker while its channel is quiet
-GRACE = 2.0            # seconds to read what an exited worker wrote (a fork may keep it open)
 CAPSULE = type(datetime.datetime_CAPI)
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
 _Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -88,40 +84,6 @@ class _NA(Exception):
 
 
 # -- reading capsules without trusting them ------------------------------------------------------
-
-def _libc_write() -> Callable[[int, int, int], int] | None:
-    """``write(2)`` from the C library (None where there is none to load)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        write = libc.write
-    except (OSError, AttributeError, TypeError):
-        return None
-    write.restype = ctypes.c_ssize_t
-    write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-    return write
-
-
-_write = _libc_write()
-
-
-def readable(address: int | None, size: int) -> bool:
-    """Whether ``size`` bytes at ``address`` can be read, asked of the kernel.
-
-    ``write(2)`` of that memory into a pipe fails with EFAULT where reading it would fault, so
-    a wild pointer is reported instead of crashing the checker. Where there is no C library to
-    ask, True: the child process still contains the crash.
-    """
-    if not address:
-        return False
-    if _write is None or size <= 0:
-        return True
-    r, w = os.pipe()
-    try:
-        return _write(w, address, size) == size
-    finally:
-        os.close(r)
-        os.close(w)
-
 
 def capsule_name(capsule) -> bytes | None:
     """The capsule's name as bytes (None for an unnamed capsule)."""
@@ -904,43 +866,11 @@ def check_isolated(spec: str, suite: Suite | None = None) -> Iterator[Result]:
     state: dict = {}
     start = 0
     while start < len(rules):
-        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-            child = subprocess.Popen(
-                [sys.executable, "-m", suite.module, "--worker", spec, str(start),
-                 json.dumps(state)], stdout=subprocess.PIPE, stderr=log,
-                stdin=subprocess.DEVNULL, env=_child_env(), text=True, encoding="utf-8",
-                errors="replace")
-            lines: queue.Queue[str | None] = queue.Queue()
-
-            def pump(pipe=child.stdout, lines=lines) -> None:
-                for line in pipe:
-                    lines.put(line)
-                lines.put(None)
-
-            threading.Thread(target=pump, daemon=True).start()
+        with Child(["-m", suite.module, "--worker", spec, str(start), json.dumps(state)],
+                   _child_env(), TIMEOUT) as child:
             running: str | None = None
-            timed_out = False
             scribbled: str | None = None    # a line the producer wrote into the channel
-            last = time.monotonic()     # when the last line came
-            exited: float | None = None     # when the worker was seen gone
-            while start < len(rules):
-                try:
-                    line = lines.get(timeout=POLL)
-                except queue.Empty:
-                    now = time.monotonic()
-                    if exited is None and child.poll() is not None:
-                        exited = now
-                    if exited is not None:
-                        if now - exited >= GRACE:   # what it wrote is read by now; a fork of
-                            break                   # it (a producer's pool) may hold the pipe
-                    elif now - last >= TIMEOUT:
-                        child.kill()
-                        timed_out = True
-                        break
-                    continue
-                last = time.monotonic()
-                if line is None:
-                    break
+            for line in child.lines():
                 try:
                     message = json.loads(line)
                     if "start" in message:
@@ -957,21 +887,19 @@ def check_isolated(spec: str, suite: Suite | None = None) -> Iterator[Result]:
                     break
                 running = None
                 if result.rule == load_rule:
-                    child.wait()
+                    child.finish()
                     yield result
                     return
                 state = message["state"]
                 start += 1
                 yield result
-            try:            # every rule reported: the worker exits at once
-                rc = child.wait(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                rc = child.wait()
+                if start >= len(rules):
+                    break
+            timed_out = child.timed_out
+            rc = child.finish()         # every rule reported: the worker exits at once
             if start >= len(rules):
                 return
-            log.seek(0)
-            how = _crash(None if timed_out else rc, log.read())
+            how = _crash(None if timed_out else rc, child.log())
         if start == 0 and running in (None, load_rule):
             yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
                          f"child process: {how}")

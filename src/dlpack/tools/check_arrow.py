@@ -19,6 +19,7 @@ from ctypes import CFUNCTYPE, POINTER, PYFUNCTYPE, c_char_p, c_int, c_int32, c_i
 from typing import Any
 
 import dlpack._capsule_api as _capi
+from dlpack.tools._memory import readable
 
 METHODS = {             # method -> the capsule names it returns
     "__arrow_c_device_array__": (b"arrow_schema", b"arrow_device_array"),
@@ -197,8 +198,6 @@ def _capsule(struct, name: bytes):
 def _zero_bits(address: int, start: int, count: int) -> int:
     """0 bits of a validity bitmap in [start, start + count), once the kernel says the bytes
     are mapped (a length the bitmap does not have fails the rule instead of the process)."""
-    from dlpack.tools.check import readable
-
     if start < 0 or count < 0:
         raise Fail(f"offset = {start}, length = {count}: a negative field")
     nbytes = (start + count + 7) // 8

@@ -18,29 +18,26 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
 
-import argparse
-import contextlib
 import ctypes
 import importlib
 import importlib.metadata
 import json
 import platform
-import shutil
 import struct
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import NoReturn
 
 import dlpack
 from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
+from dlpack.tools._cli import EXIT_USAGE, JsonArgumentParser, quiet_native_stderr, terminal_width
+from dlpack.tools._cli import wrap as _wrap
 
 SCHEMA = "pydlpack-matrix/1"
 ALIGNMENT = 64          # where providers' CPU data is placed (JAX shares only such data)
-EXIT_USAGE, EXIT_NO_DEVICE = 2, 3
+EXIT_NO_DEVICE = 3
 
 DTYPES = [
     "bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "float32",
@@ -751,38 +748,6 @@ def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> lis
     return out
 
 
-@contextlib.contextmanager
-def quiet_native_stderr():
-    """Keep what native code writes straight to file descriptor 2 off the screen.
-
-    TensorFlow's absl and oneDNN lines (and their number) depend on its version and on the
-    CPU, and TF_CPP_MIN_LOG_LEVEL does not silence all of them; they reach descriptor 2 before
-    Python sees them. Inside the block descriptor 2 is /dev/null, and ``sys.stderr`` writes to
-    the real one, so Python's warnings, tracebacks and our progress line still show.
-    """
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):    # no descriptor 2 at all: nothing to hide
-        yield
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    old = sys.stderr
-    terminal = open(saved, "w", encoding=getattr(old, "encoding", None) or "utf-8",
-                    errors="backslashreplace", closefd=False)
-    try:
-        os.dup2(null, 2)
-        sys.stderr = terminal
-        yield
-    finally:
-        terminal.flush()
-        sys.stderr = old
-        os.dup2(saved, 2)
-        terminal.close()
-        os.close(saved)
-        os.close(null)
-
-
 def build(providers=None, consumers=None, dtypes=None, device="cpu", progress=None,
           cuda: dict | None = None) -> dict:
     """Run the matrix; returns the JSON-ready result (schema in docs/matrix.md)."""
@@ -827,19 +792,6 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
 
 SHORT = {"numpy.asarray": "np.asarray", "tensorflow": "tf", "array_api_strict": "xp_strict",
          "memoryview": "memview", "torch.cuda": "torch.cuda"}
-
-
-def terminal_width() -> int:
-    """Columns of the terminal (``COLUMNS`` first; 80 when it cannot be known), at least 40."""
-    return max(shutil.get_terminal_size((80, 24)).columns, 40)
-
-
-def _wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
-    """Wrap to ``width`` columns without ever dropping a word (long tokens are not broken);
-    continuation lines start with ``indent``, the first with ``first`` (default: ``indent``)."""
-    first = indent if first is None else first
-    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 
 def _table(corner: str, labels: list[str], heads: list[str], rows: list[list[str]],
@@ -1058,31 +1010,6 @@ def _split(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
-
-
-class JsonArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are JSON on stdout as well when ``--json`` was
-    asked for: ``{"schema", "error", "exit_status": 2}`` (the usage still goes to stderr)."""
-
-    def __init__(self, schema: str, text: str, width: int, **kwargs) -> None:
-        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter,
-                         description="\n".join(_wrap(text, width)), **kwargs)
-        self.schema = schema
-        self.wants_json = False
-
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
-        args = sys.argv[1:] if args is None else list(args)
-        self.wants_json = "--json" in args
-        return super().parse_args(args, namespace)
-
-    def error(self, message: str) -> NoReturn:
-        """argparse's usage and message on stderr, the message wrapped to the terminal."""
-        if self.wants_json:
-            print(json.dumps({"schema": self.schema, "error": f"{self.prog}: {message}",
-                              "exit_status": EXIT_USAGE}), flush=True)
-        self.print_usage(sys.stderr)
-        text = "\n".join(_wrap(f"{self.prog}: error: {message}", terminal_width(), "  ", ""))
-        self.exit(EXIT_USAGE, text + "\n")
 
 
 def _names(table: dict, device: str | None = None) -> str:

@@ -1,6 +1,6 @@
-"""The CUDA defects of issue 19 and the findings of an earlier hostile pass, each pinned on the
-strict fake driver (tests/fake_cuda.py), where each test failed before its fix; and the fake's
-own rules, so that it stays as strict as libcuda."""
+"""CUDA stream ordering (docs/spec.md §4, §10) and the findings of an earlier hostile pass,
+each pinned on the strict fake driver (tests/fake_cuda.py), where each test failed before its
+fix; and the fake's own rules, so that it stays as strict as libcuda."""
 
 import ctypes
 import functools
