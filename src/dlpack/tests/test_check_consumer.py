@@ -90,6 +90,16 @@ def test_exit_status_0_and_text_output():
     assert all(len(line) <= 80 for line in lines)
 
 
+def test_a_consumer_that_forks_is_graded_once():
+    """A fork of the worker that returns from the consumer ends there (before: it graded the
+    next cases, forking again, and the run never finished)."""
+    done = run_check("--consumer", "--json", BROKEN + "forks_on_each_call", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)["reports"][0]["results"]
+    assert [r["rule"] for r in results] == RULES
+    assert all(r["status"] != "fail" for r in results), results
+
+
 @pytest.mark.parametrize("spec", ["numpy", "dlpack.no_such_module:f", "dlpack:no_such_name"])
 def test_usage_errors_exit_2(spec):
     done = run_check("--consumer", "--json", spec)
