@@ -2,6 +2,7 @@
 crashes included; real consumers' stable results pinned; JSON and exit statuses."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -98,6 +99,19 @@ def test_a_consumer_that_forks_is_graded_once():
     results = json.loads(done.stdout)["reports"][0]["results"]
     assert [r["rule"] for r in results] == RULES
     assert all(r["status"] != "fail" for r in results), results
+
+
+def test_json_stays_json_when_the_consumers_module_prints(tmp_path):
+    """The parent loads each consumer to report usage errors; what its import prints, through
+    Python or straight to file descriptor 1, goes to stderr, not into the JSON."""
+    (tmp_path / "noisy_consumer.py").write_text(
+        "import os\nprint('hello')\nos.write(1, b'raw\\n')\n"
+        "from dlpack.tests.broken_consumers import correct\n")
+    done = run_check("--consumer", "--json", "noisy_consumer:correct",
+                     env=crash_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["exit_status"] == 0
+    assert "hello" in done.stderr and "raw" in done.stderr
 
 
 @pytest.mark.parametrize("spec", ["numpy", "dlpack.no_such_module:f", "dlpack:no_such_name"])

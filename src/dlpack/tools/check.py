@@ -24,6 +24,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
 
+import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -797,6 +798,20 @@ def grade(s: Any, name: str, registry: dict[str, Rule] = REGISTRY) -> Result:
     return Result(name, status, " ".join(evidence.split()))
 
 
+def _load_off_stdout(spec: str) -> Callable[[], object]:
+    """``load`` with whatever the import prints (Python or the C level) sent to stderr, so that
+    ``--json``'s standard output stays one JSON document."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return load(spec)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def load(spec: str) -> Callable[[], object]:
     """``MODULE:FACTORY`` → the factory."""
     module, sep, factory = spec.partition(":")
@@ -1060,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
         suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
         for spec in args.factory:         # a consumer that does not load is a usage error
             try:
-                load(spec)
+                _load_off_stdout(spec)
             except Exception as e:
                 parser.error(f"{spec}: {type(e).__name__}: {e}")
     reports, status = [], 0
