@@ -102,8 +102,8 @@ def test_a_consumer_that_forks_is_graded_once():
 
 
 def test_json_stays_json_when_the_consumers_module_prints(tmp_path):
-    """The parent loads each consumer to report usage errors; what its import prints, through
-    Python or straight to file descriptor 1, goes to stderr, not into the JSON."""
+    """What a consumer's module prints as it is imported, through Python or straight to file
+    descriptor 1, stays out of the JSON (the parent imported it to find usage errors)."""
     (tmp_path / "noisy_consumer.py").write_text(
         "import os\nprint('hello')\nos.write(1, b'raw\\n')\n"
         "from dlpack.tests.broken_consumers import correct\n")
@@ -111,7 +111,19 @@ def test_json_stays_json_when_the_consumers_module_prints(tmp_path):
                      env=crash_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])))
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["exit_status"] == 0
-    assert "hello" in done.stderr and "raw" in done.stderr
+
+
+@pytest.mark.parametrize("body", ["import os\nos._exit(7)\n",
+                                  "import ctypes\nctypes.string_at(0)\n"], ids=["exit", "segv"])
+def test_a_consumer_module_that_dies_on_import_is_graded(tmp_path, body):
+    """A module that exits or crashes as it is imported fails the load rule, in JSON (the parent
+    used to import it to find usage errors, and died with it)."""
+    (tmp_path / "dies_on_import.py").write_text(body)
+    done = run_check("--consumer", "--json", "dies_on_import:f",
+                     env=crash_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])))
+    assert done.returncode == 1, done.stderr[-2000:]
+    [result] = json.loads(done.stdout)["reports"][0]["results"]
+    assert result["status"] == "fail" and "ended the checker's child process" in result["evidence"]
 
 
 @pytest.mark.parametrize("spec", ["numpy", "dlpack.no_such_module:f", "dlpack:no_such_name"])

@@ -24,7 +24,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
 
-import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -798,18 +797,29 @@ def grade(s: Any, name: str, registry: dict[str, Rule] = REGISTRY) -> Result:
     return Result(name, status, " ".join(evidence.split()))
 
 
-def _load_off_stdout(spec: str) -> Callable[[], object]:
-    """``load`` with whatever the import prints (Python or the C level) sent to stderr, so that
-    ``--json``'s standard output stays one JSON document."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
+_LOAD_ERROR = """\
+import os, sys
+from dlpack.tools.check import load
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+try:
+    load(sys.argv[1])
+except Exception as e:
+    out.write(f"{type(e).__name__}: {e}")
+"""
+
+
+def _load_error(spec: str) -> str:
+    """Why ``MODULE:CALLABLE`` cannot be loaded ("" when it can), asked in a child: a module that
+    prints as it is imported leaves the output alone, and one that crashes or exits cannot end
+    the checker (the child that grades it reports that)."""
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return load(spec)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        done = subprocess.run([sys.executable, "-c", _LOAD_ERROR, spec], capture_output=True,
+                              stdin=subprocess.DEVNULL, env=_child_env(), text=True,
+                              encoding="utf-8", errors="replace", timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return ""
+    return done.stdout
 
 
 def load(spec: str) -> Callable[[], object]:
@@ -1074,10 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
         from dlpack.tools import check_consumer
         suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
         for spec in args.factory:         # a consumer that does not load is a usage error
-            try:
-                _load_off_stdout(spec)
-            except Exception as e:
-                parser.error(f"{spec}: {type(e).__name__}: {e}")
+            error = _load_error(spec)
+            if error:
+                parser.error(f"{spec}: {error}")
     reports, status = [], 0
     for spec in args.factory:
         if not args.json:
