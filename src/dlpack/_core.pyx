@@ -207,7 +207,9 @@ cdef class DLPackObject:
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
                         f"{self.dl.strides[i]} is not a multiple of the item size {isz} "
                         "(a field of a structured array?)")
-                self.dl.strides[i] //= isz
+            for i in range(n):                  # after every check: refusals name raw bytes
+                if self.dl.shape[i] != 1:
+                    self.dl.strides[i] //= isz
         expect = 1
         for i in range(n - 1, -1, -1):
             if self.dl.shape[i] == 1:

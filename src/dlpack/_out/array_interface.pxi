@@ -46,6 +46,10 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
     NumPy 2's ``copy`` (spec §5); NumPy is imported here, not before."""
     import numpy
     cdef bint cpu = _host_accessible(self.dl.device.device_type)
+    if isinstance(copy, str):
+        raise ValueError(f"__array__: copy = {copy!r:.80} is a string; pass True, False or None")
+    if copy is not None:
+        copy = bool(copy)               # NumPy's reading: np.False_ and 0 never copy
     if copy is False and not cpu:
         raise ValueError(f"__array__(copy=False): the data is on {_device_name(self.dl.device)}"
                          " and a NumPy array lives in host memory, so it needs a copy; pass "

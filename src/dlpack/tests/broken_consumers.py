@@ -98,6 +98,17 @@ class Consumer:
 
 
 correct = Consumer()
+
+
+def forks_on_each_call(producer: Any) -> Array:
+    """Correct, but forks without exec on every call and returns in both copies (a consumer
+    that starts a worker process lazily): the checker still reports each rule once."""
+    import os
+
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+    return correct(producer)
 never_deletes = Consumer(never_deletes=True)
 deletes_early = Consumer(deletes_early=True)
 ignores_readonly = Consumer(ignores_readonly=True)

@@ -2,6 +2,7 @@
 crashes included; real consumers' stable results pinned; JSON and exit statuses."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -88,6 +89,41 @@ def test_exit_status_0_and_text_output():
     assert lines[0] == f"python -m dlpack check --consumer {BROKEN}correct"
     assert lines[-1] == "  every rule passed or does not apply"
     assert all(len(line) <= 80 for line in lines)
+
+
+def test_a_consumer_that_forks_is_graded_once():
+    """A fork of the worker that returns from the consumer ends there (before: it graded the
+    next cases, forking again, and the run never finished)."""
+    done = run_check("--consumer", "--json", BROKEN + "forks_on_each_call", timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)["reports"][0]["results"]
+    assert [r["rule"] for r in results] == RULES
+    assert all(r["status"] != "fail" for r in results), results
+
+
+def test_json_stays_json_when_the_consumers_module_prints(tmp_path):
+    """What a consumer's module prints as it is imported, through Python or straight to file
+    descriptor 1, stays out of the JSON (the parent imported it to find usage errors)."""
+    (tmp_path / "noisy_consumer.py").write_text(
+        "import os\nprint('hello')\nos.write(1, b'raw\\n')\n"
+        "from dlpack.tests.broken_consumers import correct\n")
+    done = run_check("--consumer", "--json", "noisy_consumer:correct",
+                     env=crash_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["exit_status"] == 0
+
+
+@pytest.mark.parametrize("body", ["import os\nos._exit(7)\n",
+                                  "import ctypes\nctypes.string_at(0)\n"], ids=["exit", "segv"])
+def test_a_consumer_module_that_dies_on_import_is_graded(tmp_path, body):
+    """A module that exits or crashes as it is imported fails the load rule, in JSON (the parent
+    used to import it to find usage errors, and died with it)."""
+    (tmp_path / "dies_on_import.py").write_text(body)
+    done = run_check("--consumer", "--json", "dies_on_import:f",
+                     env=crash_env(PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])))
+    assert done.returncode == 1, done.stderr[-2000:]
+    [result] = json.loads(done.stdout)["reports"][0]["results"]
+    assert result["status"] == "fail" and "ended the checker's child process" in result["evidence"]
 
 
 @pytest.mark.parametrize("spec", ["numpy", "dlpack.no_such_module:f", "dlpack:no_such_name"])

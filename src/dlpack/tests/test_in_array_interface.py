@@ -154,6 +154,15 @@ def test_structured_array_and_field_rejected():
         asdlpack(iface_of(field))
 
 
+def test_a_refused_stride_names_the_strides_as_given():
+    """The refusal quotes the provider's byte strides, not ones already divided by the item
+    size (spec §3.2: errors name the field and its value)."""
+    a = np.zeros(16, np.float32)
+    view = iface_of(a, shape=(2, 3), strides=(12, 3))
+    with pytest.raises(BufferError, match=r"'strides' = \(12, 3\) bytes: 3 is not a multiple"):
+        asdlpack(view)
+
+
 def test_big_endian_numpy_rejected_everywhere():
     a = np.arange(3, dtype=">i4")
     with pytest.raises(BufferError) as info:

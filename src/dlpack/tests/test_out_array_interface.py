@@ -89,6 +89,20 @@ def test_array_method_zero_copy_readonly_and_copy_keyword():
         int4.__array__()
 
 
+def test_array_method_reads_copy_as_numpy_does():
+    """``copy`` of other types as NumPy reads it (spec §5): its truth value (``np.False_`` and 0
+    never copy, so another dtype raises), a string refused with ValueError."""
+    a = np.arange(6, dtype=np.float32)
+    dl = asdlpack(a)
+    for never in (np.False_, 0):
+        assert dl.__array__(copy=never).ctypes.data == a.ctypes.data
+        with pytest.raises(ValueError, match="needs a copy"):
+            dl.__array__(np.float64, copy=never)
+    assert dl.__array__(copy=np.True_).ctypes.data != a.ctypes.data
+    with pytest.raises(ValueError, match="copy = 'yes' is a string"):
+        dl.__array__(copy="yes")
+
+
 def test_array_method_feeds_pandas_zero_copy():
     """pandas asks ``len`` and ``__array__`` (else it iterates into float64 objects): a float32
     tensor stays float32 at the same address, read-only memory stays read-only."""

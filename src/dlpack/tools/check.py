@@ -759,6 +759,31 @@ def grade(s: Any, name: str, registry: dict[str, Rule] = REGISTRY) -> Result:
     return Result(name, status, " ".join(evidence.split()))
 
 
+_LOAD_ERROR = """\
+import os, sys
+from dlpack.tools.check import load
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+try:
+    load(sys.argv[1])
+except Exception as e:
+    out.write(f"{type(e).__name__}: {e}")
+"""
+
+
+def _load_error(spec: str) -> str:
+    """Why ``MODULE:CALLABLE`` cannot be loaded ("" when it can), asked in a child: a module that
+    prints as it is imported leaves the output alone, and one that crashes or exits cannot end
+    the checker (the child that grades it reports that)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD_ERROR, spec], capture_output=True,
+                              stdin=subprocess.DEVNULL, env=_child_env(), text=True,
+                              encoding="utf-8", errors="replace", timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return ""
+    return done.stdout
+
+
 def load(spec: str) -> Callable[[], object]:
     """``MODULE:FACTORY`` → the factory."""
     module, sep, factory = spec.partition(":")
@@ -987,10 +1012,9 @@ def main(argv: list[str] | None = None) -> int:
         from dlpack.tools import check_consumer
         suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
         for spec in args.factory:         # a consumer that does not load is a usage error
-            try:
-                load(spec)
-            except Exception as e:
-                parser.error(f"{spec}: {type(e).__name__}: {e}")
+            error = _load_error(spec)
+            if error:
+                parser.error(f"{spec}: {error}")
     reports, status = [], 0
     for spec in args.factory:
         if not args.json:
