@@ -33,6 +33,7 @@ import json
 import operator
 import re
 import signal
+import subprocess
 import sys
 import sysconfig
 import textwrap
