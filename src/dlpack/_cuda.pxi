@@ -591,6 +591,7 @@ cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdev
 
 
 @cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
 cdef class _DeviceMemory:
     """Device memory holding a copy pydlpack made; freed, in its device's primary context,
     when the last capsule viewing it is deleted."""

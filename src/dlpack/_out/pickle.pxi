@@ -15,6 +15,7 @@ cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
 
 
 @cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
 cdef class _Span:
     """A flat byte buffer over ``len`` bytes at ``ptr`` that keeps their owner alive.
 
