@@ -379,9 +379,8 @@ def basic_import(s: Consumer) -> str:
     return f"values right, same address (zero-copy); {type(result).__name__}"
 
 
-@rule("max-version")
-def max_version(s: Consumer) -> str:
-    """max_version >= (1, 0) passed; no keywords only after a TypeError (a legacy producer)."""
+def _called(s: Consumer) -> Probe:
+    """A plain probe the consumer was handed, once it called __dlpack__ on it."""
     probe = Probe()
     try:
         s.consume(probe)
@@ -389,6 +388,13 @@ def max_version(s: Consumer) -> str:
         raise _Fail(f"raised {type(e).__name__}: {e}") from None
     if not probe.calls:
         raise _NA("the consumer never called __dlpack__")
+    return probe
+
+
+@rule("max-version")
+def max_version(s: Consumer) -> str:
+    """max_version >= (1, 0) passed; no keywords only after a TypeError (a legacy producer)."""
+    probe = _called(s)
     first = probe.calls[0]
     asked = first.get("max_version")
     if asked is None:
@@ -613,13 +619,7 @@ def device(s: Consumer) -> str:
 @rule("stream")
 def stream(s: Consumer) -> str:
     """For CPU data the consumer passes stream=None or no stream."""
-    probe = Probe()
-    try:
-        s.consume(probe)
-    except Exception as e:
-        raise _Fail(f"raised {type(e).__name__}: {e}") from None
-    if not probe.calls:
-        raise _NA("the consumer never called __dlpack__")
+    probe = _called(s)
     given = [c["stream"] for c in probe.calls if c.get("stream") is not None]
     if given:
         raise _Fail(f"stream={given[0]!r} for CPU data: the array API says None")
