@@ -1198,8 +1198,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
-    if args.html and args.html != "-" and not _writable_path(args.html):
-        parser.error(f"--html {args.html!r}: cannot write a file there")
+    if args.html and args.html != "-" and _unwritable(args.html):
+        parser.error(f"--html {args.html!r}: cannot write the page: {_unwritable(args.html)}")
     cuda = None
     if args.device == "cuda":
         try:
@@ -1255,10 +1255,14 @@ def main(argv: list[str] | None = None) -> int:
     return result["exit_status"]
 
 
-def _writable_path(path: str) -> bool:
-    """Whether ``path`` names a file that can be written (checked before the run)."""
+def _unwritable(path: str) -> str:
+    """Why no file can be written at ``path`` ("" when one can), checked before the run."""
     folder = os.path.dirname(os.path.abspath(path))
-    return not os.path.isdir(path) and os.path.isdir(folder) and os.access(folder, os.W_OK)
+    if os.path.isdir(path):
+        return "it is a folder; name a file"
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist"
+    return "" if os.access(folder, os.W_OK) else f"its folder {folder} is not writable"
 
 
 def _write_html(result: dict, path: str, width: int) -> int:
