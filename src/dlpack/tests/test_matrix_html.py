@@ -278,6 +278,8 @@ def test_cli_html_usage_errors(tmp_path):
     assert run.returncode == 2 and "it is a folder" in " ".join(run.stderr.split())
     run = run_cli("--html", "-", "--json")
     assert run.returncode == 2 and json.loads(run.stdout)["exit_status"] == 2
+    run = run_cli("--html", "-", "--markdown")
+    assert run.returncode == 2 and "not allowed with argument --markdown" in run.stderr
 
 
 def chromium() -> str:

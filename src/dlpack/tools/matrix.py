@@ -1175,9 +1175,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="machine-readable output (schema in docs/matrix.md); always JSON, "
                            "errors included")
     form.add_argument("--markdown", action="store_true", help="Markdown tables, for docs")
-    form.add_argument("--html", metavar="FILE",
-                      help="write one self-contained page (the same data as --json) to FILE; "
-                           "- for standard output")
+    parser.add_argument("--html", metavar="FILE",
+                        help="write one self-contained page (the same data as --json) to "
+                             "FILE; - for standard output")
     parser.add_argument("--grid", action="store_true",
                         help="one column per dtype instead of the provider × consumer summary")
     parser.add_argument("--verbose", action="store_true",
@@ -1198,6 +1198,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
+    if args.html and (args.json or args.markdown):
+        parser.error(f"argument --html: not allowed with argument "
+                     f"{'--json' if args.json else '--markdown'}")
     if args.html and args.html != "-" and _unwritable(args.html):
         parser.error(f"--html {args.html!r}: cannot write the page: {_unwritable(args.html)}")
     cuda = None
