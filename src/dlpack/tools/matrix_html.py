@@ -25,8 +25,9 @@ from dlpack.tools.matrix import (
     _unavailable,
 )
 
-# Okabe-Ito colours, lightened, for the verdicts and the cell statuses (which share a class
-# where they mean the same: a ✗ dtype is coloured as a pair where every dtype fails).
+# Okabe-Ito hues, lightened, for the verdicts and the cell statuses (which share a class where
+# they mean the same: a ✗ dtype is coloured as a pair where every dtype fails); in greyscale
+# they darken from ok to wrong, and every status has its mark besides.
 _CSS = """
 :root { color-scheme: light; }
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111;
@@ -58,9 +59,9 @@ summary .n { text-decoration: underline dotted; }
 .dtypes { font-weight: 600; }
 .reasons li { margin: .35rem 0; overflow-wrap: anywhere; }
 .where { color: #333; }
-.v-ok { background: #c9eadb; } .v-copy { background: #d4ebf8; } .v-some { background: #f6efa0; }
-.v-none { background: #f3c09e; } .v-unverified { background: #dcdcdc; }
-.v-readonly_ignored { background: #ecc6da; } .v-wrong { background: #5c0a1e; color: #fff; }
+.v-ok { background: #e6f5ee; } .v-copy { background: #cfe6f7; } .v-some { background: #f0dc6e; }
+.v-unverified { background: #c8c8c8; } .v-none { background: #eea27e; }
+.v-readonly_ignored { background: #d58fbd; } .v-wrong { background: #5c0a1e; color: #fff; }
 .error { border: 2px solid #5c0a1e; padding: .3rem .5rem; }
 footer { margin-top: 1.5rem; color: #444; font-size: .9rem; }
 @media (max-width: 40rem) { .grid { font-size: .85rem; } }
