@@ -91,6 +91,58 @@ def test_grouped_places_merge_providers_and_every_dtype():
     assert grouped_places(result, everywhere) == ["every provider of int8 → every consumer"]
 
 
+def expand(result: dict, phrase: str) -> set[tuple[str, str, str]]:
+    """The cells one phrase of ``grouped_places`` names, read back by its definition."""
+    made: dict[str, list[str]] = {}
+    have = set()
+    for c in result["cells"]:
+        made.setdefault(c["provider"], []).append(c["dtype"])
+        have.add((c["provider"], c["consumer"], c["dtype"]))
+    left, right = phrase.split(" → ")
+    dtypes = None
+    if right.endswith(")"):
+        right, _, listed = right[:-1].partition(" (")
+        dtypes = None if listed.startswith("every dtype") else listed.split(", ")
+    consumers = result["consumers"] if right == "every consumer" else right.split(", ")
+    if left.startswith("every provider of "):
+        dtypes = left.removeprefix("every provider of ").split(", ")
+        providers = [p for p in result["providers"]
+                     if all((p, c, d) in have for c in consumers for d in dtypes)]
+    else:
+        providers = left.split(", ")
+    return {(p, c, d) for p in providers for c in consumers
+            for d in (dtypes if dtypes is not None else made[p])}
+
+
+def test_grouped_places_name_every_cell_once():
+    """On random matrices and random subsets of their cells (hypothesis): the phrases, read
+    back, are exactly the subset, and no cell is in two of them."""
+    hypothesis = lib("hypothesis")
+    st = hypothesis.strategies
+    names = st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True)
+
+    @hypothesis.settings(deadline=None, max_examples=300)
+    @hypothesis.given(names, st.lists(st.sampled_from("VWXYZ"), min_size=1, max_size=4,
+                                      unique=True), st.data())
+    def check(providers, consumers, data):
+        dtypes = ["int8", "float32", "bool"]
+        cells = []
+        for p in providers:
+            makes = data.draw(st.lists(st.sampled_from(dtypes), min_size=1, unique=True))
+            cells += [{"provider": p, "consumer": c, "dtype": d} for c in consumers
+                      for d in dtypes if d in makes]
+        result = {"providers": providers, "consumers": consumers, "dtypes": dtypes,
+                  "cells": cells}
+        subset = [c for c in cells if data.draw(st.booleans())]
+        phrases = grouped_places(result, subset)
+        named = [expand(result, phrase) for phrase in phrases]
+        assert set().union(*named) == {(c["provider"], c["consumer"], c["dtype"])
+                                       for c in subset}, phrases
+        assert sum(map(len, named)) == len(subset), phrases
+
+    check()
+
+
 class Page(HTMLParser):
     """The page's tags checked as they come (every element closed, in order) and its cells
     read back: (provider, consumer, dtype) -> (status, reason) from what the reader sees."""
