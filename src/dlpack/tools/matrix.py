@@ -1284,5 +1284,6 @@ def _write_html(result: dict, path: str, width: int) -> int:
         print("\n".join(_wrap(f"python -m dlpack: --html: {_reason(e)}", width, "  ", "")),
               file=sys.stderr)
         return 1
-    print(f"python -m dlpack: wrote {path} ({len(result['cells'])} cells)", file=sys.stderr)
+    print("\n".join(_wrap(f"python -m dlpack: wrote {path} ({len(result['cells'])} cells)",
+                          width, "  ", "")), file=sys.stderr)
     return result["exit_status"]
