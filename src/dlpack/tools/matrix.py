@@ -34,6 +34,7 @@ from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
 from dlpack.tools._cli import EXIT_USAGE, JsonArgumentParser, quiet_native_stderr, terminal_width
 from dlpack.tools._cli import wrap as _wrap
+from dlpack.tools.matrix_reasons import grouped_places
 
 SCHEMA = "pydlpack-matrix/1"
 ALIGNMENT = 64          # where providers' CPU data is placed (JAX shares only such data)
@@ -834,18 +835,25 @@ def _explained(cell: dict) -> str:
     return "; ".join(x for x in (cell["reason"], cell.get("note", "")) if x)
 
 
-def _notes(result: dict) -> list[tuple[str, str, list[str]]]:
-    """(status, explanation, [where]) for every cell with one, grouped by explanation."""
-    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+def _notes(result: dict, verbose: bool = False) -> list[tuple[str, str, list[str]]]:
+    """(status, explanation, [where]) for every cell with one, grouped by explanation; where
+    is said once by rows and columns (``grouped_places``), or pair by pair when ``verbose``."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for c in result["cells"]:
         text = _explained(c)
-        if not text:
-            continue
-        pair = f"{c['provider']} → {c['consumer']}"
-        groups.setdefault((c["status"], text), {}).setdefault(pair, []).append(c["dtype"])
+        if text:
+            groups.setdefault((c["status"], text), []).append(c)
     order = {s: i for i, s in enumerate(reversed(STATUSES))}
-    return [(status, text, [f"{pair} ({', '.join(ds)})" for pair, ds in where.items()])
-            for (status, text), where in sorted(groups.items(), key=lambda g: order[g[0][0]])]
+    return [(status, text, _pair_by_pair(cells) if verbose else grouped_places(result, cells))
+            for (status, text), cells in sorted(groups.items(), key=lambda g: order[g[0][0]])]
+
+
+def _pair_by_pair(cells: list[dict]) -> list[str]:
+    """"provider → consumer (dtypes)" for each pair of ``cells``, in their order."""
+    where: dict[str, list[str]] = {}
+    for c in cells:
+        where.setdefault(f"{c['provider']} → {c['consumer']}", []).append(c["dtype"])
+    return [f"{pair} ({', '.join(ds)})" for pair, ds in where.items()]
 
 
 def _unavailable(result: dict) -> list[str]:
@@ -941,9 +949,11 @@ SUMMARY_LEGEND = ("; n = dtypes that worked, (m) = dtypes the provider makes; --
                   "each dtype")
 
 
-def render_text(result: dict, grid: bool = False, width: int | None = None) -> str:
+def render_text(result: dict, grid: bool = False, width: int | None = None,
+                verbose: bool = False) -> str:
     """The terminal view: header, summary (or the per-dtype grid), footnotes, what did not run;
-    every line fits ``width`` (the terminal's) unless one word is longer."""
+    every line fits ``width`` (the terminal's) unless one word is longer. Each reason is said
+    once with where it holds by rows and columns; ``verbose``: pair by pair."""
     width = width or terminal_width()
     out = [*_header_lines(result["header"], width), ""]
     if grid:
@@ -961,7 +971,7 @@ def render_text(result: dict, grid: bool = False, width: int | None = None) -> s
         out += ["", *_table("provider (m)", labels, heads, rows, width)]
         out += _wrap(_short_names(result), width) if _short_names(result) else []
         out += ["", *_wrap(_totals(result), width), ""]
-        for status, text, where in _notes(result):
+        for status, text, where in _notes(result, verbose):
             out += _wrap(f"{SYMBOLS[status]} {text}", width, "    ")
             out += _wrap("in: " + "; ".join(where), width, "      ", "    ")
     if result["unavailable"] or result.get("not_run"):
@@ -971,7 +981,7 @@ def render_text(result: dict, grid: bool = False, width: int | None = None) -> s
     return "\n".join(line.rstrip() for line in out)
 
 
-def render_markdown(result: dict, grid: bool = False) -> str:
+def render_markdown(result: dict, grid: bool = False, verbose: bool = False) -> str:
     """The same as render_text as Markdown: tables, and the footnotes as a numbered list."""
     h = result["header"]
     out = [f"### pydlpack {h['pydlpack']} interoperability matrix ({h['device']})", "",
@@ -998,7 +1008,7 @@ def render_markdown(result: dict, grid: bool = False) -> str:
         out += ["| " + label + " | " + " | ".join(row) + " |"
                 for label, row in zip(labels, rows, strict=True)]
         out += ["", _short_names(result), "", _totals(result), ""]
-        for n, (status, text, where) in enumerate(_notes(result), 1):
+        for n, (status, text, where) in enumerate(_notes(result, verbose), 1):
             out.append(f"{n}. {SYMBOLS[status]} {text.replace('|', '/')} — in: "
                        + "; ".join(where))
     if result["unavailable"] or result.get("not_run"):
@@ -1092,8 +1102,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="machine-readable output (schema in docs/matrix.md); always JSON, "
                            "errors included")
     form.add_argument("--markdown", action="store_true", help="Markdown tables, for docs")
+    parser.add_argument("--html", metavar="FILE",
+                        help="write one self-contained page (the same data as --json) to "
+                             "FILE; - for standard output")
     parser.add_argument("--grid", action="store_true",
                         help="one column per dtype instead of the provider × consumer summary")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list each reason's cells pair by pair, not by rows and columns")
     parser.add_argument("--dtype", action="append", help="only these dtypes (comma-separated)")
     parser.add_argument("--provider", action="append", help="only these providers")
     parser.add_argument("--consumer", action="append", help="only these consumers")
@@ -1110,6 +1125,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
+    if args.html and (args.json or args.markdown):
+        parser.error(f"argument --html: not allowed with argument "
+                     f"{'--json' if args.json else '--markdown'}")
+    if args.html and args.html != "-" and _unwritable(args.html):
+        parser.error(f"--html {args.html!r}: cannot write the page: {_unwritable(args.html)}")
     cuda = None
     if args.device == "cuda":
         try:
@@ -1156,8 +1176,41 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.json:
         print(json.dumps(result, indent=1, ensure_ascii=False))
+    elif args.html:
+        return _write_html(result, args.html, width)
     elif args.markdown:
-        print(render_markdown(result, args.grid))
+        print(render_markdown(result, args.grid, args.verbose))
     else:
-        print(render_text(result, args.grid, width))
+        print(render_text(result, args.grid, width, args.verbose))
+    return result["exit_status"]
+
+
+def _unwritable(path: str) -> str:
+    """Why no file can be written at ``path`` ("" when one can), checked before the run."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "it is a folder; name a file"
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist"
+    return "" if os.access(folder, os.W_OK) else f"its folder {folder} is not writable"
+
+
+def _write_html(result: dict, path: str, width: int) -> int:
+    """--html: the page to ``path`` (``-``: standard output); the run's exit status, or 1 when
+    the file cannot be written."""
+    from dlpack.tools.matrix_html import render_html  # it imports this module
+
+    page = render_html(result)
+    if path == "-":
+        sys.stdout.write(page)
+        return result["exit_status"]
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as e:
+        print("\n".join(_wrap(f"python -m dlpack: --html: {_reason(e)}", width, "  ", "")),
+              file=sys.stderr)
+        return 1
+    print("\n".join(_wrap(f"python -m dlpack: wrote {path} ({len(result['cells'])} cells)",
+                          width, "  ", "")), file=sys.stderr)
     return result["exit_status"]
