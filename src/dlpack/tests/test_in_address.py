@@ -201,7 +201,10 @@ def test_a_dtype_numpy_cannot_make_is_a_type_error(dtype):
     buf = (ctypes.c_char * 64)()
     with pytest.raises(TypeError, match="from_address: dtype") as e:
         from_address(ctypes.addressof(buf), (1,), value, owner=buf)
-    assert ("ValueError" if dtype == "tuple" else "no dtype today") in str(e.value)
+    # NumPy 2.2 reports a raising .dtype as its own TypeError ("not a type name" here); newer
+    # NumPy passes the error on, which the message then names
+    assert ("ValueError" in str(e.value) if dtype == "tuple" else
+            "no dtype today" in str(e.value) or "is not a type name" in str(e.value))
 
 
 @pytest.mark.parametrize("shape, strides, words", [
