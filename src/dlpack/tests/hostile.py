@@ -2959,14 +2959,15 @@ def _stream_null_in_subinterpreter() -> bool:
     stream = ctypes.cast(api.current_work_stream, ctypes.c_void_p).value
     interpreters, interp = _ctypes_subinterpreter()
     try:
-        interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
-                                "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
-                                f"({stream})(1, 0, None)\n")
+        # 3.13's _interpreters returns the error (a namespace with msg); older ones raise it
+        failed = interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
+                                         "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
+                                         f"({stream})(1, 0, None)\n")
     except Exception as e:
         return "output pointer is NULL" in str(e)
     finally:
         interpreters.destroy(interp)
-    return False
+    return failed is not None and "output pointer is NULL" in str(getattr(failed, "msg", ""))
 
 
 def _register_third_round() -> None:
