@@ -340,7 +340,7 @@ def test_child_runner_survives_a_crash_and_stops_a_silent_child():
     from dlpack.tools._child import Child
 
     crash = "print('one', flush=True); import ctypes; ctypes.string_at(0)"
-    with Child(["-c", crash], os.environ, 60) as child:
+    with Child(["-c", crash], crash_env(), 60) as child:
         assert list(child.lines()) == ["one\n"]
         assert child.finish() < 0 and not child.timed_out
     with Child(["-c", "import time; print('up', flush=True); time.sleep(60)"], os.environ,
