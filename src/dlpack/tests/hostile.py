@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlpack.tests import subinterpreters as _subinterpreters
+
 N = "<" if sys.byteorder == "little" else ">"          # native byte-order character
 SWAP = ">" if N == "<" else "<"
 
@@ -2538,8 +2540,7 @@ def _register_snapshots() -> None:
     add(g, "numpy-retyped-in-gc", ndarray_retyped, Gives(True), needs=["numpy"])
 
 
-_SUBINTERPRETERS = ("_interpreters" if importlib.util.find_spec("_interpreters")
-                    else "_xxsubinterpreters")
+_SUBINTERPRETERS = _subinterpreters.MODULE
 
 
 def _make_subinterpreter() -> None:
@@ -2904,24 +2905,6 @@ def _liar_str(claims: str) -> type:
                                  "__eq__": lambda self, other: True})
 
 
-def _ctypes_subinterpreter():
-    """(module, id) of a new subinterpreter that can import ctypes: the default kind, else a
-    legacy one (3.12 and later make isolated ones by default)."""
-    interpreters = importlib.import_module(_SUBINTERPRETERS)
-    for config in ({}, {"isolated": False}, "legacy"):
-        try:
-            interp = (interpreters.create(**config) if isinstance(config, dict)
-                      else interpreters.create(config))
-        except (TypeError, ValueError):
-            continue
-        try:
-            interpreters.run_string(interp, "import ctypes")
-            return interpreters, interp
-        except Exception:
-            interpreters.destroy(interp)
-    raise RuntimeError("no subinterpreter here can import ctypes")
-
-
 def _release_in_subinterpreter(kind: str) -> bool:
     """A subinterpreter, holding its GIL (ctypes.PYFUNCTYPE), calls a main-interpreter export's
     deleter or Arrow release; True when the view was released (a deadlock times out)."""
@@ -2941,10 +2924,10 @@ def _release_in_subinterpreter(kind: str) -> bool:
         address = ctypes.cast(p, ctypes.c_void_p).value
         release = ctypes.cast(p.contents.deleter, ctypes.c_void_p).value
     del dl
-    interpreters, interp = _ctypes_subinterpreter()
+    interpreters, interp = _subinterpreters.create()
     try:
-        interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(None, ctypes.c_void_p)"
-                                        f"({release})({address})\n")
+        _subinterpreters.run(interpreters, interp, "import ctypes\nctypes.PYFUNCTYPE(None, "
+                             f"ctypes.c_void_p)({release})({address})\n")
     finally:
         interpreters.destroy(interp)
     return gone() is None
@@ -2957,17 +2940,16 @@ def _stream_null_in_subinterpreter() -> bool:
 
     api = _dlc().exchange_api(DLPackObject)
     stream = ctypes.cast(api.current_work_stream, ctypes.c_void_p).value
-    interpreters, interp = _ctypes_subinterpreter()
+    interpreters, interp = _subinterpreters.create()
     try:
-        # 3.13's _interpreters returns the error (a namespace with msg); older ones raise it
-        failed = interpreters.run_string(interp, "import ctypes\nctypes.PYFUNCTYPE(ctypes.c_int, "
-                                         "ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
-                                         f"({stream})(1, 0, None)\n")
+        _subinterpreters.run(interpreters, interp, "import ctypes\nctypes.PYFUNCTYPE("
+                             "ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)"
+                             f"({stream})(1, 0, None)\n")
     except Exception as e:
         return "output pointer is NULL" in str(e)
     finally:
         interpreters.destroy(interp)
-    return failed is not None and "output pointer is NULL" in str(getattr(failed, "msg", ""))
+    return False
 
 
 def _register_third_round() -> None:

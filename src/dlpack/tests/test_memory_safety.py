@@ -147,35 +147,23 @@ print("ok")
 
 
 _SUBINTERPRETER_RELEASES = r"""
-import ctypes, importlib, sys, weakref
+import ctypes, weakref
 import dlpack.ctypes as dlc
 from dlpack import asdlpack
-interpreters = importlib.import_module(sys.argv[1])
+from dlpack.tests import subinterpreters
 get = ctypes.pythonapi.PyCapsule_GetPointer
 get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 
 
 def run_in_subinterpreter(code, threads):
-    # in the first kind of subinterpreter this Python makes that can import ctypes (and start
-    # a thread, when asked: 3.11 and 3.12 spell that isolated=False, 3.13 "legacy")
-    probe = "import ctypes, threading\n" + (
-        "t = threading.Thread(target=int)\nt.start()\nt.join()\n" if threads else "")
-    for config in ({}, {"isolated": False}, "legacy"):
-        try:
-            interp = (interpreters.create(**config) if isinstance(config, dict)
-                      else interpreters.create(config))
-        except (TypeError, ValueError):
-            continue
-        try:
-            try:
-                interpreters.run_string(interp, probe)
-            except Exception:
-                continue
-            interpreters.run_string(interp, code)
-            return
-        finally:
-            interpreters.destroy(interp)
-    raise RuntimeError(f"no subinterpreter here can run {probe!r}")
+    # in the first kind of subinterpreter that can import ctypes (and start a thread, when
+    # asked); an error there is raised here, on every Python
+    interpreters, interp = subinterpreters.create("import ctypes, threading\n" + (
+        "t = threading.Thread(target=int)\nt.start()\nt.join()\n" if threads else ""))
+    try:
+        subinterpreters.run(interpreters, interp, code)
+    finally:
+        interpreters.destroy(interp)
 
 
 for kind in ("versioned", "legacy", "arrow"):
