@@ -330,12 +330,13 @@ cdef object _import_stream(object obj):
     __dlpack_device__ says CUDA, so that the producer orders its work before that stream instead
     of blocking the host until it is done (JAX does for None), as every export asks again with
     its consumer's stream (spec §10); None elsewhere, or where __dlpack_device__ fails."""
+    cdef long kind
     try:
         device = obj.__dlpack_device__()
-        kind = device[0]
+        if type(device[0]) is bool:
+            return None
+        kind = PyNumber_Index(device[0])   # an exact int: a lying __eq__ decides nothing
     except Exception:
-        return None
-    if type(kind) is not int and not isinstance(kind, int):
         return None
     if kind == kDLCUDA or kind == kDLCUDAHost or kind == kDLCUDAManaged:
         return CU_STREAM_LEGACY
