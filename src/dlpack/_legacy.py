@@ -9,14 +9,13 @@ per-protocol function forces that protocol, ``impl_cls`` chooses the capsule a p
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import dlpack._capsule_api as _capi
 import dlpack.ctypes as _dlc
 from dlpack._core import DLPackObject, _asdlpack_via
-from dlpack._types import DLDataTypeCode, DLDeviceType
+from dlpack._deprecated import deprecated
 
 DLPACK_CAPSULE_VALID_NAME = b"dltensor"
 
@@ -38,12 +37,6 @@ PyBUF_STRIDED = PyBUF_STRIDES | PyBUF_WRITABLE
 PyBUF_STRIDED_RO = PyBUF_STRIDES
 PyBUF_CONTIG = PyBUF_ND | PyBUF_WRITABLE
 PyBUF_CONTIG_RO = PyBUF_ND
-
-
-def deprecated(old: str, new: str, stacklevel: int) -> None:
-    """Warn that ``old`` (a pydlpack 0.2.1 spelling) is deprecated in favour of ``new``."""
-    warnings.warn(f"{old} is pydlpack 0.2.1's spelling, deprecated since 1.0: use {new} "
-                  "(docs/migration.md)", DeprecationWarning, stacklevel=stacklevel)
 
 
 def _versioned(impl_cls: object) -> bool:
@@ -98,32 +91,6 @@ def _get_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= n
     return tuple(reversed(strides))
-
-
-def dl_tensor_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """0.2.1's nested ``todict(...)["dl_tensor"]``, from 1.x's flat fields."""
-    deprecated('todict(x)["dl_tensor"]', "todict(x)'s own keys ('shape', 'strides', 'dtype', "
-               "'device', 'data', ...)", 4)
-    if "shape" not in fields:              # a struct of a newer major version: not read
-        raise KeyError("dl_tensor")
-    code, bits, lanes = fields["dtype"]
-    device_type, device_id = fields["device"]
-    return {
-        "data": fields["data"] or None,
-        "device": {"device_type": _label(DLDeviceType, device_type), "device_id": device_id},
-        "ndim": fields["ndim"],
-        "dtype": {"code": _label(DLDataTypeCode, code), "bits": bits, "lanes": lanes},
-        "shape": fields["shape"],
-        "strides": fields["strides"],
-        "byte_offset": fields["byte_offset"],
-    }
-
-
-def _label(enum: Any, value: int) -> object:
-    try:
-        return enum(value).name[1:]        # kDLCPU -> DLCPU, as 0.2.1 labelled them
-    except ValueError:
-        return value
 
 
 class Buffer:

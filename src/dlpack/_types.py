@@ -6,7 +6,8 @@ import enum
 import operator
 import sys
 from functools import lru_cache
-from typing import TypeVar
+
+from dlpack._deprecated import Labelled, NestedFields
 
 DLPACK_VERSION = (1, 3)
 FLAG_BITMASK_READ_ONLY = 1 << 0
@@ -51,7 +52,7 @@ def _long_double_is_binary128() -> bool:
 BINARY128 = _long_double_is_binary128()
 
 
-class DLDeviceType(enum.IntEnum):
+class DLDeviceType(Labelled, enum.IntEnum):
     """Where the data lives (``DLDeviceType`` of dlpack.h, v1.3)."""
 
     kDLCPU = 1
@@ -71,18 +72,8 @@ class DLDeviceType(enum.IntEnum):
     kDLMAIA = 17
     kDLTrn = 18
 
-    @property
-    def label(self) -> str:
-        """pydlpack 0.2.1's name for the member (``"DLCPU"``); deprecated, use ``name``."""
-        return _label(self)
 
-    @classmethod
-    def from_label(cls, label: str) -> DLDeviceType:
-        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDeviceType["kDL..."]``."""
-        return _from_label(cls, label)
-
-
-class DLDataTypeCode(enum.IntEnum):
+class DLDataTypeCode(Labelled, enum.IntEnum):
     """Type code of a ``DLDataType`` (dlpack.h, v1.3)."""
 
     kDLInt = 0
@@ -103,38 +94,6 @@ class DLDataTypeCode(enum.IntEnum):
     kDLFloat6_e2m3fn = 15
     kDLFloat6_e3m2fn = 16
     kDLFloat4_e2m1fn = 17
-
-    @property
-    def label(self) -> str:
-        """pydlpack 0.2.1's name for the member (``"DLFloat"``); deprecated, use ``name``."""
-        return _label(self)
-
-    @classmethod
-    def from_label(cls, label: str) -> DLDataTypeCode:
-        """pydlpack 0.2.1's lookup by label; deprecated, use ``DLDataTypeCode["kDL..."]``."""
-        return _from_label(cls, label)
-
-
-def _label(member: enum.IntEnum) -> str:
-    from dlpack._legacy import deprecated
-
-    deprecated(f"{type(member).__name__}.label", f"{type(member).__name__}.name ('kDL...')",
-               stacklevel=4)
-    return member.name[1:]
-
-
-_E = TypeVar("_E", bound=enum.IntEnum)
-
-
-def _from_label(cls: type[_E], label: str) -> _E:
-    from dlpack._legacy import deprecated
-
-    deprecated(f"{cls.__name__}.from_label(label)", f"{cls.__name__}['kDL...']", stacklevel=4)
-    try:
-        return cls["k" + label]
-    except KeyError:
-        raise KeyError(f"{label!r} is not a {cls.__name__} label (0.2.1 spelled them "
-                       f"{next(iter(cls)).name[1:]!r}...)") from None
 
 
 C = DLDataTypeCode
@@ -250,18 +209,11 @@ def _name(code: int, bits: int, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
-class Fields(dict):  # type: ignore[type-arg]
+class Fields(NestedFields):
     """``todict``'s result: every DLPack field by name. pydlpack 0.2.1's nested
     ``["dl_tensor"]`` layout still reads, with a DeprecationWarning (docs/migration.md)."""
 
     __slots__ = ()
-
-    def __missing__(self, key: object) -> object:
-        if key == "dl_tensor":
-            from dlpack._legacy import dl_tensor_fields
-
-            return dl_tensor_fields(self)
-        raise KeyError(key)
 
 
 # Names of the types DLPack carries, as DType.name spells them -> (code, bits).
