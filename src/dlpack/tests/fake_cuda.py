@@ -1153,6 +1153,14 @@ class FakeDriver:
             if s.ops and not self._advance(s.ops[-1]):
                 raise AssertionError(f"stream {stream:#x} waits for a held stream")
 
+    def drain(self, stream, device=0):
+        """The host waits for a stream's queued work as cuStreamSynchronize does: for another
+        process's GPU too (an imported event), for up to ``hang_timeout`` seconds."""
+        with self._cond:
+            s = self._stream(stream, device)
+            if s.ops:
+                self._complete(s.ops[-1], "drain")
+
     def run(self):
         """Run the GPU: every queued operation that no held stream stops."""
         with self._cond:

@@ -3,13 +3,15 @@ handle of its allocation, and a ``spawn`` child reads the same memory, ordered a
 producer's work. On the strict fake driver (its memory is a memfd the child maps from the
 handle), each child with the fake installed as the tests' process has it."""
 
+import ctypes
 import gc
+import os
 import pickle
 
 import numpy as np
 import pytest
 
-from dlpack import DLDeviceType, asdlpack, todict
+from dlpack import DLDeviceType, _core, asdlpack, todict
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import (
     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
@@ -89,3 +91,178 @@ def test_device_memory_round_trip_zero_copy(fake, pool):
     assert len(opened) == 1 and opened[0][2] == CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
     assert "cuIpcOpenEventHandle" in names(calls) and "cuIpcCloseMemHandle" in names(calls)
     assert ("cuIpcGetMemHandle", ptr - 256) in fake.calls      # of the allocation's base
+
+
+def write_through(payload, data):
+    """Unpickle, then a kernel of this process writes data through the shared memory."""
+    dl = pickle.loads(payload)
+    driver = fake_cuda.installed()
+    driver.kernel(1, dl.data_ptr, data)
+    driver.synchronize(1)
+    return dl.data_ptr
+
+
+def test_child_writes_and_the_parent_reads_the_write(fake, pool):
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    new = np.full(6, 7.5, dtype=np.float32).tobytes()
+    child_ptr, _ = child(pool, fake, write_through, pickle.dumps(dl), new)
+    assert child_ptr != 0
+    assert fake.read(ptr, 24) == new              # the same memory, another address space
+    assert np.from_dlpack(dl, device="cpu").tolist() == [7.5] * 6
+
+
+def read_after(payload, stream):
+    """Unpickle and export for a consumer's stream (or read on the host, stream None)."""
+    dl = pickle.loads(payload)
+    if stream is None:
+        return np.from_dlpack(dl, device="cpu", copy=True).tolist()
+    driver = fake_cuda.installed()
+    driver.stream(stream)
+    dl.__dlpack__(stream=stream, max_version=(1, 0))
+    read = driver.consume(stream, dl.data_ptr, dl.nbytes)     # a consumer kernel
+    driver.drain(stream)
+    return np.frombuffer(read.value, dtype=np.float32).tolist()
+
+
+@pytest.mark.parametrize("consumer", [None, 0x5123])
+def test_the_child_reads_after_the_producers_pending_work(fake, pool, consumer):
+    ptr = device_floats(fake)
+    fake.stream(7)
+    fake.kernel(7, ptr, np.full(6, 9.0, dtype=np.float32).tobytes())   # queued, not run
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=7))
+    payload = pickle.dumps(dl)
+    assert fake.pending()                         # the producer's work has not run
+    values, calls = child(pool, fake, read_after, payload, consumer,
+                          gpu=lambda: fake.waiters() > 0)     # runs once the child waits
+    assert values == [9.0] * 6                    # not the values before the kernel
+    event = next(c for c in calls if c[0] == "cuIpcOpenEventHandle")[1]
+    waited = (("cuStreamWaitEvent", consumer, event, 0) if consumer is not None
+              else ("cuEventSynchronize", event))
+    if consumer is None:
+        assert calls.index(waited) < names(calls).index("cuMemcpyDtoH")
+    else:
+        assert waited in calls
+
+
+def test_views_share_one_open_handle_closed_after_the_last(fake, pool):
+    ptr = device_floats(fake, np.arange(12))
+    whole = asdlpack(CAI(ptr, shape=(12,), stream=None))
+    tail = asdlpack(CAI(ptr + 24, shape=(6,), stream=None))
+    (a, b, shared), calls = child(pool, fake, read_two, pickle.dumps(whole), pickle.dumps(tail))
+    assert a == list(range(12)) and b == list(range(6, 12)) and shared
+    assert names(calls).count("cuIpcOpenMemHandle") == 1
+    assert names(calls).count("cuIpcCloseMemHandle") == 1
+    last_read = len(calls) - 1 - names(calls)[::-1].index("cuMemcpyDtoH")
+    assert names(calls).index("cuIpcCloseMemHandle") > last_read     # once both views died
+
+
+def test_pydlpacks_own_device_copy_and_a_sender_gone(fake, pool):
+    capsule = asdlpack(b"\x01\x02\x03\x04").__dlpack__(dl_device=(CUDA, 0), max_version=(1, 0))
+    dl = asdlpack(capsule)
+    assert dl.device == (CUDA, 0)
+    (values, device, how, readonly), _ = child(pool, fake, read_host, pickle.dumps(dl))
+    assert values == [1, 2, 3, 4] and device == (CUDA, 0) and how == "ipc"
+    assert readonly is dl.readonly
+    payload = pickle.dumps(dl)
+    del dl, capsule                               # the sender frees its copy (cuMemFree)
+    gc.collect()
+    error, _ = child(pool, fake, load_error, payload)
+    assert error[0] == "BufferError" and "field 'handle'" in error[1]
+    assert "CUDA_ERROR_INVALID_HANDLE" in error[1] and "cuda_pickle='copy'" in error[1]
+
+
+def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None, readonly=True))
+    payload = pickle.dumps(dl)
+    back = pickle.loads(payload)
+    assert back.data_ptr == ptr and back.readonly and todict(back)["pickled"] == "same process"
+    assert "pickled=same process" in repr(back)
+    assert "cuIpcOpenMemHandle" not in names(fake.calls)
+    del dl, back
+    gc.collect()
+    with pytest.raises(BufferError, match=r"field 'token'.*gone.*keep the sender alive"):
+        pickle.loads(payload)
+
+
+def load_on(payload, order):
+    """Unpickle where the devices come in another order (or without the sender's GPU)."""
+    fake_cuda.installed().uuid_order = order
+    try:
+        dl = pickle.loads(payload)
+    except BufferError as e:
+        return str(e)
+    return tuple(dl.device), np.from_dlpack(dl, device="cpu", copy=True).tolist()
+
+
+def test_the_device_is_found_by_uuid(fake, pool):
+    dl = asdlpack(CAI(device_floats(fake, device=1), shape=(6,), stream=None))
+    payload = pickle.dumps(dl)
+    order = [1, 0, *range(2, fake_cuda.DEVICE_COUNT)]
+    (device, values), _ = child(pool, fake, load_on, payload, order)
+    assert device == (CUDA, 0) and values == VALUES.tolist()
+    error, _ = child(pool, fake, load_on, payload, [0] * fake_cuda.DEVICE_COUNT)
+    assert "field 'device'" in error and "CUDA_VISIBLE_DEVICES" in error
+
+
+@pytest.mark.parametrize("kind", ["pool", "pinned", "managed", "copy"])
+def test_what_ipc_cannot_share_goes_as_a_host_copy(fake, pool, kind):
+    data = (ctypes.c_float * 6)(*VALUES)
+    ptr = {"pool": lambda: fake.pool(bytes(data)), "pinned": lambda: fake.pinned(data),
+           "managed": lambda: fake.managed(data), "copy": lambda: device_floats(fake)}[kind]()
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None),
+                  cuda_pickle="copy" if kind == "copy" else "ipc")
+    (values, device, how, _), calls = child(pool, fake, read_host, pickle.dumps(dl))
+    assert values == VALUES.tolist() and how == "copy"
+    assert device == ((CUDA, 0) if kind in ("pool", "copy") else (DLDeviceType.kDLCPU, 0))
+    assert "cuIpcOpenMemHandle" not in names(calls)
+    assert "cuIpcGetMemHandle" not in names(fake.calls)
+
+
+@pytest.mark.parametrize("kind", ["pool", "pinned"])
+def test_ipc_only_refuses_what_ipc_cannot_share(fake, kind):
+    data = (ctypes.c_float * 6)(*VALUES)
+    ptr = fake.pool(bytes(data)) if kind == "pool" else fake.pinned(data)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None), cuda_pickle="ipc_only")
+    with pytest.raises(BufferError, match=r"CUDA IPC.*cuda_pickle='ipc_only' refuses"):
+        pickle.dumps(dl)
+
+
+def test_cuda_pickle_argument_is_checked(fake):
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    with pytest.raises(ValueError, match="cuda_pickle = 'share' is not one of ipc, copy"):
+        asdlpack(dl, cuda_pickle="share")
+    with pytest.raises(TypeError, match="cuda_pickle = 1 is not a str"):
+        asdlpack(dl, cuda_pickle=1)
+    assert asdlpack(dl, cuda_pickle="ipc") is dl
+    copy = asdlpack(dl, cuda_pickle="copy")
+    assert copy is not dl and copy.data_ptr == dl.data_ptr
+
+
+def rebuild_error(args):
+    """_rebuild_ipc on forged arguments, in another process than the sender's."""
+    try:
+        _core._rebuild_ipc(*args)
+    except BufferError as e:
+        return str(e)
+    return None
+
+
+def test_forged_handles_are_refused(fake, pool):
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    fn, args = dl.__reduce_ex__(5)
+    assert fn is _core._rebuild_ipc
+    elsewhere = [*args[:10], os.getpid() + 1, *args[11:]]     # as if from another process
+    for i, bad, field in [(0, b"x" * 63, "handle"), (2, b"GPU", "device"),
+                          (9, b"", "event"), (1, -1, "offset"), (10, "1", "pid")]:
+        forged = list(elsewhere)
+        forged[i] = bad
+        with pytest.raises(BufferError, match=f"field '{field}'"):
+            fn(*forged)
+    forged = [*args[:1], 1 << 40, *args[2:]]
+    error, _ = child(pool, fake, rebuild_error, forged)
+    assert "field 'offset'" in error and "past the 24-byte allocation" in error
+    forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
+    error, _ = child(pool, fake, rebuild_error, forged)
+    assert "reaches outside the 24-byte buffer" in error
