@@ -14,7 +14,13 @@ import pytest
 from dlpack import DLDeviceType, _core, asdlpack, todict
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import (
+    CU_EVENT_DISABLE_TIMING,
+    CU_EVENT_INTERPROCESS,
     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+    CUDA_ERROR_INVALID_CONTEXT,
+    CUDA_ERROR_INVALID_HANDLE,
+    CUDA_ERROR_INVALID_VALUE,
+    IpcHandle,
 )
 from dlpack.tests.helpers import CAI
 
@@ -266,3 +272,97 @@ def test_forged_handles_are_refused(fake, pool):
     forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
     error, _ = child(pool, fake, rebuild_error, forged)
     assert "reaches outside the 24-byte buffer" in error
+
+
+# -- the fake's IPC rules, as strict as libcuda's -------------------------------------------------
+
+def entry(driver, name, *argtypes):
+    """A fake driver entry point as C code calls it."""
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(driver.symbols()[name])
+
+
+def mem_handle(driver, ptr):
+    handle = IpcHandle()
+    rc = entry(driver, "cuIpcGetMemHandle", ctypes.POINTER(IpcHandle), ctypes.c_uint64)(
+        ctypes.byref(handle), ptr)
+    return rc, bytes(handle.reserved)
+
+
+def open_rules(raw_handle):
+    """In the child: the open and close rules (results as return codes)."""
+    driver = fake_cuda.installed()
+    handle = IpcHandle.from_buffer_copy(raw_handle)
+    opener = entry(driver, "cuIpcOpenMemHandle_v2", ctypes.POINTER(ctypes.c_uint64), IpcHandle,
+                   ctypes.c_uint)
+    close = entry(driver, "cuIpcCloseMemHandle", ctypes.c_uint64)
+    ptr, again = ctypes.c_uint64(), ctypes.c_uint64()
+    no_context = opener(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    driver.current.append(fake_cuda.ctx(0))
+    driver.primary(0, True)
+    bad_flags = opener(ctypes.byref(ptr), handle, 0)
+    first = opener(ctypes.byref(ptr), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    second = opener(ctypes.byref(again), handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    value = driver.read(ptr.value, 4)
+    closes = [close(ptr.value), close(ptr.value), close(ptr.value)]
+    driver.current.pop()
+    return no_context, bad_flags, first, second, ptr.value == again.value, value, closes
+
+
+def test_fake_ipc_memory_rules(fake, pool):
+    ptr = device_floats(fake, pad=64)
+    fake.current.append(fake_cuda.ctx(0))
+    try:
+        assert mem_handle(fake, ptr)[0] == CUDA_ERROR_INVALID_VALUE     # not the base
+        assert mem_handle(fake, fake.pool(b"1234"))[0] == CUDA_ERROR_INVALID_VALUE
+        assert mem_handle(fake, fake.managed((ctypes.c_float * 2)()))[0] == \
+            CUDA_ERROR_INVALID_VALUE
+        rc, raw = mem_handle(fake, ptr - 64)
+        assert rc == 0
+        opened = ctypes.c_uint64()
+        here = entry(fake, "cuIpcOpenMemHandle_v2", ctypes.POINTER(ctypes.c_uint64), IpcHandle,
+                     ctypes.c_uint)(ctypes.byref(opened), IpcHandle.from_buffer_copy(raw),
+                                    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+        assert here == CUDA_ERROR_INVALID_CONTEXT        # in the process that exported it
+    finally:
+        fake.current.pop()
+    result, _ = child(pool, fake, open_rules, raw)
+    no_context, bad_flags, first, second, same, value, closes = result
+    assert (no_context, bad_flags, first, second) == (CUDA_ERROR_INVALID_CONTEXT,
+                                                      CUDA_ERROR_INVALID_VALUE, 0, 0)
+    assert same and value == bytes(64)[:4]               # counted, not mapped twice
+    assert closes == [0, 0, CUDA_ERROR_INVALID_VALUE]    # closing past the count fails
+
+
+def test_fake_ipc_event_rules(fake):
+    create = entry(fake, "cuEventCreate", ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint)
+    get = entry(fake, "cuIpcGetEventHandle", ctypes.POINTER(IpcHandle), ctypes.c_void_p)
+    event, handle = ctypes.c_void_p(), IpcHandle()
+    fake.primary(0, True)
+    fake.current.append(fake_cuda.ctx(0))
+    try:
+        assert create(ctypes.byref(event), CU_EVENT_INTERPROCESS) == CUDA_ERROR_INVALID_VALUE
+        assert create(ctypes.byref(event), CU_EVENT_DISABLE_TIMING) == 0
+        assert get(ctypes.byref(handle), event) == CUDA_ERROR_INVALID_HANDLE
+        assert create(ctypes.byref(event),
+                      CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING) == 0
+        assert get(ctypes.byref(handle), event) == 0
+        opened = ctypes.c_void_p()
+        assert entry(fake, "cuIpcOpenEventHandle", ctypes.POINTER(ctypes.c_void_p), IpcHandle)(
+            ctypes.byref(opened), handle) == CUDA_ERROR_INVALID_CONTEXT
+    finally:
+        fake.current.pop()
+
+
+def read_argument(install, dl):
+    """A spawned Process's target: dl was unpickled after CHILD installed the fake."""
+    return np.from_dlpack(dl, device="cpu", copy=True).tolist(), todict(dl)["pickled"]
+
+
+def test_spawned_process_arguments_unpickle_on_the_fake(fake):
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    with fake_cuda.spawn_pool() as p:       # no per-task install: CHILD, first, does it
+        result = p.apply_async(read_argument, (fake_cuda.CHILD, dl))
+        while not result.ready():
+            fake.run()
+            result.wait(0.01)
+        assert result.get() == (VALUES.tolist(), "ipc")
