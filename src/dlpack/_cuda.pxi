@@ -810,8 +810,9 @@ cdef enum:
 ctypedef struct CuIpcDriver:
     CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) noexcept nogil
     CUresult (*cuIpcGetMemHandle)(CUipcHandle *, CUdeviceptr) noexcept nogil
-    CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcHandle, unsigned int) noexcept nogil  # blocks
-    CUresult (*cuIpcCloseMemHandle)(CUdeviceptr) noexcept nogil                       # blocks
+    CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, CUipcHandle, unsigned int) noexcept nogil
+    # (blocks, as cuIpcCloseMemHandle does)
+    CUresult (*cuIpcCloseMemHandle)(CUdeviceptr) noexcept nogil
     CUresult (*cuIpcGetEventHandle)(CUipcHandle *, CUevent) noexcept nogil
     CUresult (*cuIpcOpenEventHandle)(CUevent *, CUipcHandle) noexcept nogil
     CUresult (*cuDeviceGetUuid)(unsigned char *, int) noexcept nogil
