@@ -5,6 +5,7 @@ handle), each child with the fake installed as the tests' process has it."""
 
 import ctypes
 import gc
+import multiprocessing
 import os
 import pickle
 
@@ -366,3 +367,90 @@ def test_spawned_process_arguments_unpickle_on_the_fake(fake):
             fake.run()
             result.wait(0.01)
         assert result.get() == (VALUES.tolist(), "ipc")
+
+
+# -- a real GPU (skipped without one): shared/gpu/check.sh runs these with the packaged tests ---
+
+def _real_torch():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def gpu_pool():
+    """A ``spawn`` worker on the real driver."""
+    _real_torch()
+    with multiprocessing.get_context("spawn").Pool(1) as p:
+        yield p
+
+
+def _producer(name, n):
+    """A CUDA array of n float32 zeros made by library name, and a reader of it as a list."""
+    torch = _real_torch()
+    if name == "torch":
+        t = torch.zeros(n, device="cuda")
+        return t, lambda: t.tolist()
+    if name == "cupy":
+        cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+        a = cupy.zeros(n, dtype=cupy.float32)
+        return a, lambda: a.get().tolist()
+    cuda = pytest.importorskip("numba.cuda", reason="Numba is not installed")
+    d = cuda.to_device(np.zeros(n, dtype=np.float32))
+    return d, lambda: d.copy_to_host().tolist()
+
+
+def gpu_write(payload, consumer, value):
+    """In the real child: unpickle, write value through the consumer, wait for it."""
+    dl = pickle.loads(payload)
+    if consumer == "torch":
+        import torch
+
+        torch.from_dlpack(dl).fill_(value)
+        torch.cuda.synchronize()
+    else:
+        import cupy
+
+        cupy.from_dlpack(dl).fill(value)
+        cupy.cuda.runtime.deviceSynchronize()
+    return todict(dl)["pickled"]
+
+
+@pytest.mark.parametrize("consumer", ["torch", "cupy"])
+@pytest.mark.parametrize("producer", ["torch", "cupy", "numba"])
+def test_gpu_child_writes_and_the_parent_reads(gpu_pool, producer, consumer):
+    if consumer == "cupy":
+        pytest.importorskip("cupy", reason="CuPy is not installed")
+    x, read = _producer(producer, 1 << 20)
+    dl = asdlpack(x)
+    assert gpu_pool.apply(gpu_write, (pickle.dumps(dl), consumer, 7.0)) == "ipc"
+    assert read()[:: 1 << 16] == [7.0] * 16                 # the child's write, seen here
+
+
+def gpu_read(payload):
+    dl = pickle.loads(payload)
+    import torch
+
+    return torch.from_dlpack(dl)[-4:].tolist()
+
+
+def test_gpu_child_reads_after_the_producers_pending_work(gpu_pool):
+    torch = _real_torch()
+    x = torch.zeros(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1 << 30)                          # long enough to lose a race
+        x.fill_(3.0)
+        payload = pickle.dumps(asdlpack(x))                 # the event after the fill
+    assert gpu_pool.apply(gpu_read, (payload,)) == [3.0] * 4
+
+
+def test_gpu_same_process_and_copy_fallback(gpu_pool):
+    torch = _real_torch()
+    x = torch.arange(8, dtype=torch.float32, device="cuda")
+    dl = asdlpack(x)
+    back = pickle.loads(pickle.dumps(dl))
+    assert back.data_ptr == x.data_ptr() and todict(back)["pickled"] == "same process"
+    copy = pickle.dumps(asdlpack(x, cuda_pickle="copy"))
+    assert gpu_pool.apply(gpu_read, (copy,)) == [4.0, 5.0, 6.0, 7.0]
