@@ -793,7 +793,7 @@ cdef int _order_after_producer(DLPackObject self, object stream, bint host_reads
     return 0
 
 
-# -- IPC: device memory shared with other processes (docs/spec.md §11) -------------------------
+# -- IPC: CUDA memory shared with other processes, or restored there (docs/spec.md §11) ---------
 # Entry points resolved on first use, apart from those above: a driver without them serves
 # every exchange in one process. The handles are 64 opaque bytes, passed by value.
 
@@ -806,6 +806,7 @@ cdef enum:
     CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10
     CU_IPC_HANDLE_SIZE = 64
     CU_UUID_SIZE = 16
+    CU_MEM_ATTACH_GLOBAL = 1
 
 ctypedef struct CuIpcDriver:
     CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) noexcept nogil
@@ -816,12 +817,16 @@ ctypedef struct CuIpcDriver:
     CUresult (*cuIpcGetEventHandle)(CUipcHandle *, CUevent) noexcept nogil
     CUresult (*cuIpcOpenEventHandle)(CUevent *, CUipcHandle) noexcept nogil
     CUresult (*cuDeviceGetUuid)(unsigned char *, int) noexcept nogil
+    CUresult (*cuMemHostAlloc)(void **, size_t, unsigned int) noexcept nogil         # blocks
+    CUresult (*cuMemFreeHost)(void *) noexcept nogil                                  # blocks
+    CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int) noexcept nogil  # blocks
 
 # Each entry: the names to try, in order (cuDeviceGetUuid_v2 names MIG instances apart).
 cdef tuple _CU_IPC_SYMBOLS = (
     ("cuMemGetAddressRange_v2",), ("cuIpcGetMemHandle",), ("cuIpcOpenMemHandle_v2",),
     ("cuIpcCloseMemHandle",), ("cuIpcGetEventHandle",), ("cuIpcOpenEventHandle",),
-    ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"))
+    ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"), ("cuMemHostAlloc",), ("cuMemFreeHost",),
+    ("cuMemAllocManaged",))
 assert sizeof(CuIpcDriver) == len(_CU_IPC_SYMBOLS) * sizeof(void *)
 
 cdef CuIpcDriver _cu_ipc
@@ -1038,4 +1043,58 @@ cdef _IpcMemory _cu_ipc_open(int32_t device_id, bytes handle):
     mem.generation = _cu_generation
     mem.epoch = _cu_epochs[device_id]
     _cu_ipc_mapped[key] = mem
+    return mem
+
+
+@cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
+cdef class _HostKindMemory:
+    """Pinned (cuMemHostAlloc) or managed (cuMemAllocManaged) memory pydlpack allocated to
+    restore a pickle of that kind; freed in its device's primary context with its last view."""
+    cdef readonly int32_t device_id
+    cdef readonly uintptr_t ptr
+    cdef bint managed
+    cdef unsigned int generation
+    cdef unsigned int epoch
+
+    def __dealloc__(self):
+        cdef CUcontext ctx
+        cdef uintptr_t ptr = self.ptr
+        cdef bint managed = self.managed
+        if not (ptr and self.generation == _cu_generation and _cu_ready
+                and self.epoch == _cu_epochs[self.device_id]):
+            return
+        ctx = _cu_contexts[self.device_id]
+        with nogil:         # both free calls wait for the device: never with the GIL held
+            if _cu.cuCtxPushCurrent(ctx) == 0:
+                if managed:
+                    _cu.cuMemFree(<CUdeviceptr>ptr)
+                else:
+                    _cu_ipc.cuMemFreeHost(<void *>ptr)
+                _cu_leave()
+
+
+cdef _HostKindMemory _cu_host_kind_alloc(int32_t device_id, size_t nbytes, bint managed):
+    """nbytes (at least 1) of pinned or managed memory of device_id, for the host to fill."""
+    cdef _HostKindMemory mem = _HostKindMemory.__new__(_HostKindMemory)
+    cdef void *host = NULL
+    cdef CUdeviceptr dptr = 0
+    cdef CUresult rc
+    _cu_ipc_load()
+    _cu_enter(device_id)
+    with nogil:
+        if managed:
+            rc = _cu_ipc.cuMemAllocManaged(&dptr, nbytes if nbytes else 1, CU_MEM_ATTACH_GLOBAL)
+            host = <void *><uintptr_t>dptr
+        else:
+            rc = _cu_ipc.cuMemHostAlloc(&host, nbytes if nbytes else 1, 0)
+        _cu_leave()
+    _cu_check(rc, f"{'cuMemAllocManaged' if managed else 'cuMemHostAlloc'}({nbytes})")
+    mem.device_id = device_id
+    mem.ptr = <uintptr_t>host
+    mem.managed = managed
+    mem.generation = _cu_generation
+    mem.epoch = _cu_epochs[device_id]
+    if managed:
+        _cu_managed_host_ready(device_id)     # the host writes it next
     return mem

@@ -274,14 +274,13 @@ cdef object _reduce_cuda(DLPackObject self, int protocol):
 
 
 cdef object _reduce_copy(DLPackObject self, int protocol):
-    """(_rebuild_copy, (device kind, device UUID or None, _reduce_host's arguments)): device
+    """(_rebuild_copy, (device kind, device UUID, _reduce_host's arguments)): device
     memory through a host copy ordered after the producer's work; pinned and managed memory
     read in place once that work is done."""
     cdef DLPackObject host = self
-    uuid = None
     if self.dl.device.device_type == kDLCUDA:
         host = asdlpack(self.__dlpack__(dl_device=_CPU0, copy=True, max_version=(1, 0)))
-        uuid = _cu_uuid(self.dl.device.device_id)
+    uuid = _cu_uuid(self.dl.device.device_id)
     fn, args = _reduce_host(host, protocol)
     return _rebuild_copy, (self.dl.device.device_type, uuid,
                            args[:7] + (self._flags & _PICKLED_FLAGS,))
@@ -306,22 +305,33 @@ cdef int32_t _ipc_ordinal(object uuid) except -1:
 
 
 def _rebuild_copy(kind, uuid, args):
-    """Unpickle a host copy of CUDA data: device memory as a copy on the GPU with the
-    sender's UUID, pinned and managed memory as the received host memory (kDLCPU)."""
+    """Unpickle a host copy of CUDA data on its device kind, on the GPU with the sender's
+    UUID: device memory as a copy there, pinned and managed memory as new memory of that kind
+    holding the received bytes (strides kept)."""
     cdef DLPackObject host, r
+    cdef _HostKindMemory mem
+    cdef int32_t ordinal
+    kind = _field(kind, "kind", 0, _KIND_LIMIT)
     if type(args) is not tuple or len(args) != 8:
         raise Refusal(f"pickle: field 'args' = {args!r:.80} is not a tuple of 8; the pickle "
                       "is corrupt or forged")
-    host = _rebuild(*args)
-    if kind == kDLCUDA:
-        owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, _ipc_ordinal(uuid)), copy=True,
-                                         max_version=(1, 0)))
-    elif kind == kDLCUDAHost or kind == kDLCUDAManaged:
-        owner = host
-    else:
-        raise Refusal(f"pickle: field 'kind' = {kind!r:.80} is not a CUDA device kind; the "
+    if kind != kDLCUDA and kind != kDLCUDAHost and kind != kDLCUDAManaged:
+        raise Refusal(f"pickle: field 'kind' = {kind} is not a CUDA device kind; the "
                       "pickle is corrupt or forged")
-    r = _share(owner, False, False)
+    host = _rebuild(*args)
+    ordinal = _ipc_ordinal(uuid)
+    if kind == kDLCUDA:
+        owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, ordinal), copy=True,
+                                         max_version=(1, 0)))
+        r = _share(owner, False, False)
+    else:
+        owner = mem = _cu_host_kind_alloc(ordinal, host._view.len, kind == kDLCUDAManaged)
+        if host._view.len:
+            memcpy(<void *>mem.ptr, host._view.buf, host._view.len)
+        r = _share(host, False, False)
+        r.dl.data = <void *>(mem.ptr + (<uintptr_t>host.dl.data - <uintptr_t>host._view.buf))
+        r.dl.device.device_type = kind
+        r.dl.device.device_id = ordinal
     r._flags = (r._flags & ~(<uint64_t>FLAG_READ_ONLY)) | (host._flags & FLAG_READ_ONLY)
     r._base = _received("copy", owner)
     return r

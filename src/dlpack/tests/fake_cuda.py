@@ -171,6 +171,9 @@ _SIGNATURES = {
     "cuIpcGetEventHandle": (POINTER(IpcHandle), c_void_p),
     "cuIpcOpenEventHandle": (POINTER(c_void_p), POINTER(IpcHandle)),
     "cuDeviceGetUuid_v2": (POINTER(c_ubyte * 16), c_int),
+    "cuMemHostAlloc": (POINTER(c_void_p), c_size_t, c_uint),
+    "cuMemFreeHost": (c_void_p,),
+    "cuMemAllocManaged": (POINTER(c_uint64), c_size_t, c_uint),
 }
 # Handles go by value: the C shim passes their address on; without it ctypes takes them by value.
 _BY_VALUE = {"cuIpcOpenMemHandle_v2": 1, "cuIpcOpenEventHandle": 1}
@@ -180,10 +183,12 @@ _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize",
                   "cuMemcpy3D", "cuMemGetAddressRange", "cuIpcGetMemHandle",
                   "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
-                  "cuIpcOpenEventHandle"}
+                  "cuIpcOpenEventHandle", "cuMemHostAlloc", "cuMemFreeHost",
+                  "cuMemAllocManaged"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
             "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
-            "cuCtxSynchronize", "cuMemcpy3D", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle"}
+            "cuCtxSynchronize", "cuMemcpy3D", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
+            "cuMemHostAlloc", "cuMemFreeHost", "cuMemAllocManaged"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -855,14 +860,42 @@ class FakeDriver:
 
     def _cuMemFree(self, ptr):
         a = self.allocations.get(ptr)
-        if a is None or not a.allocated:
+        if a is None or not a.allocated or a.kind not in ("device", "managed"):
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not allocated")
         self._drain(a.ctx.device, "cuMemFree")
         del self.allocations[ptr]
         if a.shared is not None:
             a.shared.close()                # its handle no longer opens
-        _space_free(ptr, a.size)
+        if a.kind == "device":
+            _space_free(ptr, a.size)
         return (ptr,)
+
+    def _host_memory(self, kind, nbytes):
+        """Pinned or managed memory the driver allocates: host memory it keeps."""
+        if nbytes == 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
+        buffer = (ctypes.c_ubyte * nbytes)()
+        base = ctypes.addressof(buffer)
+        self.allocations[base] = Allocation(base, nbytes, kind, self._context(), keep=buffer,
+                                            allocated=True)
+        return base
+
+    def _cuMemHostAlloc(self, out, nbytes, flags):
+        out[0] = self._host_memory("pinned", nbytes)
+        return (nbytes, flags)
+
+    def _cuMemFreeHost(self, ptr):
+        a = self.allocations.get(ptr)
+        if a is None or not a.allocated or a.kind != "pinned":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not cuMemHostAlloc's")
+        del self.allocations[ptr]
+        return (ptr,)
+
+    def _cuMemAllocManaged(self, out, nbytes, flags):
+        if flags not in (1, 2):             # CU_MEM_ATTACH_GLOBAL or CU_MEM_ATTACH_HOST
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"flags {flags}")
+        out[0] = self._host_memory("managed", nbytes)
+        return (nbytes, flags)
 
     def _cuMemcpyDtoH(self, dst, src, nbytes):
         self._host(dst, nbytes, "destination")

@@ -64,6 +64,9 @@ ENTRY(cuIpcGetMemHandle, (IpcHandle *a, CUdeviceptr b), (a, b))
 ENTRY(cuIpcCloseMemHandle, (CUdeviceptr a), (a))
 ENTRY(cuIpcGetEventHandle, (IpcHandle *a, void *b), (a, b))
 ENTRY(cuDeviceGetUuid_v2, (unsigned char *a, int b), (a, b))
+ENTRY(cuMemHostAlloc, (void **a, size_t b, unsigned c), (a, b, c))
+ENTRY(cuMemFreeHost, (void *a), (a))
+ENTRY(cuMemAllocManaged, (CUdeviceptr *a, size_t b, unsigned c), (a, b, c))
 
 /* The handles libcuda takes by value reach Python by address (a ctypes callback's by-value
  * structure arguments are not portable). */
@@ -91,6 +94,6 @@ void *shim_route(const char *entry, void *fn) {
     SLOT(cuMemcpyDtoH_v2) SLOT(cuMemcpyHtoD_v2) SLOT(cuMemcpy2D_v2) SLOT(cuMemcpyDtoDAsync_v2)
     SLOT(cuMemGetAddressRange_v2) SLOT(cuIpcGetMemHandle) SLOT(cuIpcCloseMemHandle)
     SLOT(cuIpcGetEventHandle) SLOT(cuDeviceGetUuid_v2) SLOT(cuIpcOpenMemHandle_v2)
-    SLOT(cuIpcOpenEventHandle)
+    SLOT(cuIpcOpenEventHandle) SLOT(cuMemHostAlloc) SLOT(cuMemFreeHost) SLOT(cuMemAllocManaged)
     return NULL;
 }

@@ -135,13 +135,15 @@ def test_device_data_unpickles_in_its_process_as_the_same_memory(fake):
     assert not [c for c in fake.calls if c[0] == "cuIpcOpenMemHandle"]
 
 
-def test_pinned_host_memory_pickles_as_host_data(fake):
+def test_pinned_host_memory_pickles_as_a_host_copy_restored_pinned(fake):
     data = (ctypes.c_float * 6)(*range(6))
     dl = asdlpack(CAI(fake.pinned(data)))
     assert dl.device == (DLDeviceType.kDLCUDAHost, 0)
-    r, _ = _roundtrip(dl, 5, False)
-    assert r.device == (DLDeviceType.kDLCPU, 0)
-    assert list(np.from_dlpack(r).ravel()) == list(range(6))
+    r, buffers = _roundtrip(dl, 5, True)
+    assert len(buffers) == 1                    # the elements went out-of-band
+    assert r.device == (DLDeviceType.kDLCUDAHost, 0) and todict(r)["pickled"] == "copy"
+    assert r.data_ptr != dl.data_ptr and ("cuMemHostAlloc", 24, 0) in fake.calls
+    assert list(np.from_dlpack(r.on_host()).ravel()) == list(range(6))
 
 
 GOOD = (bytearray(48), 2, 64, 1, (2, 3), (3, 1), 0, 0)      # float64 (2, 3) over 48 bytes

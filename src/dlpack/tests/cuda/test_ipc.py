@@ -222,7 +222,8 @@ def test_what_ipc_cannot_share_goes_as_a_host_copy(fake, pool, kind):
                   cuda_pickle="copy" if kind == "copy" else "ipc")
     (values, device, how, _), calls = child(pool, fake, read_host, pickle.dumps(dl))
     assert values == VALUES.tolist() and how == "copy"
-    assert device == ((CUDA, 0) if kind in ("pool", "copy") else (DLDeviceType.kDLCPU, 0))
+    assert device == {"pinned": (DLDeviceType.kDLCUDAHost, 0),
+                      "managed": (DLDeviceType.kDLCUDAManaged, 0)}.get(kind, (CUDA, 0))
     assert "cuIpcOpenMemHandle" not in names(calls)
     assert "cuIpcGetMemHandle" not in names(fake.calls)
 
