@@ -358,7 +358,8 @@ cdef class DLPackObject:
 
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
-        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
+        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy.
+        CUDA device data goes as a CUDA IPC handle of the memory itself (spec §11)."""
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)

@@ -807,6 +807,8 @@ cdef enum:
     CU_IPC_HANDLE_SIZE = 64
     CU_UUID_SIZE = 16
     CU_MEM_ATTACH_GLOBAL = 1
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_NOT_SUPPORTED = 801
 
 ctypedef struct CuIpcDriver:
     CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) noexcept nogil
@@ -897,12 +899,14 @@ cdef int _cu_ipc_export(int32_t device_id, uintptr_t ptr, bytearray handle,
                         uintptr_t *base) except -1:
     """1 with handle (64 bytes) filled with the IPC handle of the allocation holding ptr, and
     base its first byte (cuMemGetAddressRange); 0 where the memory cannot be shared so (pool,
-    VMM and managed memory: CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says)."""
+    VMM and managed memory: CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says; memory opened
+    from another process's handle, which a driver may report capable and still refuse)."""
     cdef int capable = 0
     cdef void *value = &capable
     cdef int attribute = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
     cdef CUdeviceptr start = 0
     cdef CUipcHandle h
+    cdef CUresult rc
     _cu_ipc_load()
     _cu_enter(device_id)
     try:
@@ -911,7 +915,10 @@ cdef int _cu_ipc_export(int32_t device_id, uintptr_t ptr, bytearray handle,
         if not capable:
             return 0
         _cu_check(_cu_ipc.cuMemGetAddressRange(&start, NULL, ptr), "cuMemGetAddressRange")
-        _cu_check(_cu_ipc.cuIpcGetMemHandle(&h, start), "cuIpcGetMemHandle")
+        rc = _cu_ipc.cuIpcGetMemHandle(&h, start)
+        if rc == CUDA_ERROR_INVALID_VALUE or rc == CUDA_ERROR_NOT_SUPPORTED:
+            return 0
+        _cu_check(rc, "cuIpcGetMemHandle")
     finally:
         _cu_leave()
     handle[:] = (<char *>h.reserved)[:CU_IPC_HANDLE_SIZE]

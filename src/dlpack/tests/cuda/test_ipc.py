@@ -8,6 +8,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -177,6 +178,37 @@ def test_pydlpacks_own_device_copy_and_a_sender_gone(fake, pool):
     error, _ = child(pool, fake, load_error, payload)
     assert error[0] == "BufferError" and "field 'handle'" in error[1]
     assert "CUDA_ERROR_INVALID_HANDLE" in error[1] and "cuda_pickle='copy'" in error[1]
+
+
+def load_without_driver(payload):
+    """Unpickle where no CUDA driver is installed (none loads on a machine without a GPU)."""
+    fake_cuda.uninstall()
+    return load_error(payload)
+
+
+def test_a_receiver_without_the_driver_gets_a_clear_error(fake, pool):
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    payload = pickle.dumps(dl)
+    error, _ = child(pool, fake, load_without_driver, payload)
+    # no libcuda here: the handle does not open; a real driver does not see the fake's GPU
+    assert error[0] == "BufferError" and ("field 'handle'" in error[1]
+                                          or "field 'device'" in error[1])
+    assert "cuda_pickle='copy'" in error[1]
+
+
+def received_again(payload):
+    """Unpickle, then pickle the received view onward (a host copy: it is not shared again)."""
+    dl = pickle.loads(payload)
+    back = pickle.loads(pickle.dumps(dl))
+    return todict(dl)["pickled"], todict(back)["pickled"], tuple(back.device)
+
+
+def test_received_memory_is_not_shared_again(fake, pool):
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))     # the sender lives
+    payload = pickle.dumps(dl)
+    result, calls = child(pool, fake, received_again, payload)
+    assert result == ("ipc", "copy", (CUDA, 0))
+    assert "cuIpcGetMemHandle" not in names(calls)
 
 
 def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
@@ -455,3 +487,26 @@ def test_gpu_same_process_and_copy_fallback(gpu_pool):
     assert back.data_ptr == x.data_ptr() and todict(back)["pickled"] == "same process"
     copy = pickle.dumps(asdlpack(x, cuda_pickle="copy"))
     assert gpu_pool.apply(gpu_read, (copy,)) == [4.0, 5.0, 6.0, 7.0]
+
+
+def read_object(dl):
+    """A Dask task: its argument arrived pickled, as a handle."""
+    values = np.from_dlpack(dl, device="cpu", copy=True).tolist()
+    return values, tuple(dl.device), todict(dl).get("pickled"), os.getpid()
+
+
+def test_dask_worker_process_reads_the_same_memory(fake):
+    distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed")
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        client.run(fake_cuda.child_install)             # the worker's driver: the fake
+        future = client.submit(read_object, dl, pure=False)
+        while not future.done():
+            fake.run()                                  # this process's GPU runs meanwhile
+            time.sleep(0.01)
+        values, device, how, pid = future.result()
+    assert values == VALUES.tolist() and device == (CUDA, 0) and how == "ipc"
+    assert pid != os.getpid()
