@@ -823,9 +823,11 @@ ctypedef struct CuIpcDriver:
     CUresult (*cuMemFreeHost)(void *) noexcept nogil                                  # blocks
     CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int) noexcept nogil  # blocks
 
-# Each entry: the names to try, in order (cuDeviceGetUuid_v2 names MIG instances apart).
+# Each entry: the names to try, in order (cuDeviceGetUuid_v2 names MIG instances apart; the
+# _v2 open has the same signature as the name older drivers export).
 cdef tuple _CU_IPC_SYMBOLS = (
-    ("cuMemGetAddressRange_v2",), ("cuIpcGetMemHandle",), ("cuIpcOpenMemHandle_v2",),
+    ("cuMemGetAddressRange_v2",), ("cuIpcGetMemHandle",),
+    ("cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"),
     ("cuIpcCloseMemHandle",), ("cuIpcGetEventHandle",), ("cuIpcOpenEventHandle",),
     ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"), ("cuMemHostAlloc",), ("cuMemFreeHost",),
     ("cuMemAllocManaged",))

@@ -49,7 +49,10 @@ libcuda's, has no effect. The rules:
   an opened one is waited across processes: a stream waiting on it, or cuEventSynchronize, runs
   once the exporter's GPU has run the record the event had when the wait was queued (a shared
   page counts records, completions and waiters). Device UUIDs follow ``uuid_order``
-  (CUDA_VISIBLE_DEVICES in another order).
+  (CUDA_VISIBLE_DEVICES in another order). A ``spawn`` child installs the fake as the tests'
+  process does: ``spawn_pool()``'s initializer, ``in_child`` for a fresh one per task, or
+  ``CHILD`` first among a Process's arguments (unpickling it installs the fake before the CUDA
+  objects after it unpickle).
 
 Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknown handle is a
 clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
