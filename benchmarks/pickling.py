@@ -11,6 +11,12 @@ Rows (256 MiB; ``--quick``: 16 MiB):
 3. Ray: ``ray.get(ray.put(asdlpack(t)))`` vs ``ray.get(ray.put(t))`` (reported only: Ray
    serialises torch tensors by copying them into the stream).
 
+4. GPU (skipped without a CUDA GPU): a CUDA tensor handed to a ``spawn`` worker that reads its
+   last element with torch: ``pickle.dumps(asdlpack(t))`` (a CUDA IPC handle) vs
+   ``torch.multiprocessing``'s own sharing of ``t`` (reported).
+5. GPU: the same through a host copy (``asdlpack(t, cuda_pickle="copy")``) vs the IPC handle
+   (reported: what the handle saves).
+
 Exit status 1 when row 1 or 2 misses its target by more than the round-to-round noise. Rows
 whose library is missing are skipped with a message.
 """
@@ -155,6 +161,47 @@ def ray_row() -> bool:
         ray.shutdown()
 
 
+def _gpu_receive(payload: bytes) -> float:
+    """In the spawn worker: unpickle and read the last element on the GPU (torch)."""
+    import torch
+    import torch.multiprocessing  # torch's own reductions, for its payloads
+
+    x = pickle.loads(payload)
+    t = x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+    value = float(t[-1])
+    del t, x
+    gc.collect()
+    return value
+
+
+def gpu_rows() -> bool:
+    try:
+        from multiprocessing.reduction import ForkingPickler
+
+        import torch
+        import torch.multiprocessing as tmp
+    except ImportError as e:
+        print(f"GPU rows skipped: {e}")
+        return True
+    if not torch.cuda.is_available():
+        print("GPU rows skipped: no CUDA GPU on this machine")
+        return True
+    t = torch.ones(NBYTES // 4, dtype=torch.float32, device="cuda")
+    ipc, copy = asdlpack(t), asdlpack(t, cuda_pickle="copy")
+    with tmp.get_context("spawn").Pool(1) as pool:
+
+        def send(payload: bytes) -> None:
+            assert pool.apply(_gpu_receive, (payload,)) == 1.0
+
+        ours = _interleaved(lambda: send(pickle.dumps(ipc)),
+                            lambda: send(bytes(ForkingPickler.dumps(t))), ROUNDS)
+        _row("GPU: pickle asdlpack(t) (IPC) vs torch.multiprocessing", ours, None)
+        copied = _interleaved(lambda: send(pickle.dumps(copy)),
+                              lambda: send(pickle.dumps(ipc)), ROUNDS)
+        _row("GPU: pickle host copy vs IPC handle", copied, None)
+    return True
+
+
 def main() -> int:
     os.environ.setdefault("PYTHONPATH", os.path.dirname(os.path.dirname(
         os.path.abspath(sys.modules["dlpack"].__file__))))     # workers import this dlpack
@@ -163,6 +210,7 @@ def main() -> int:
     ok = pickle_row()
     ok &= dask_row()
     ok &= ray_row()
+    ok &= gpu_rows()
     return 0 if ok else 1
 
 

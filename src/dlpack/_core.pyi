@@ -2,7 +2,7 @@
 
 import sys
 from collections.abc import Iterator
-from typing import Any, SupportsIndex, final, overload
+from typing import Any, Literal, SupportsIndex, final, overload
 
 from typing_extensions import CapsuleType
 
@@ -88,7 +88,11 @@ class CudaError(BufferError):
 
 @overload
 def asdlpack(
-    obj: object, *, allow_legacy_readonly: bool = False, legacy_writable: bool = False
+    obj: object,
+    *,
+    allow_legacy_readonly: bool = False,
+    legacy_writable: bool = False,
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
 ) -> DLPackObject: ...
 @overload
 @deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
@@ -98,6 +102,7 @@ def asdlpack(
     *,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
 ) -> DLPackObject: ...
 @overload
 @deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
@@ -107,6 +112,7 @@ def asdlpack(
     impl_cls: type | None,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
 ) -> DLPackObject: ...
 def from_address(
     address: int | None,

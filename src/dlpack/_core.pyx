@@ -99,6 +99,7 @@ cdef class DLPackObject:
     # __dlpack__() without max_version gives a versioned capsule (0.2.1's impl_cls;
     # docs/migration.md).
     cdef bint _plain_versioned
+    cdef uint8_t _pickle_mode           # how CUDA data pickles (PICKLE_*, docs/spec.md §11)
     cdef object _base
     cdef object _keep                   # a second object to keep alive (__array_struct__ capsule)
     cdef uintptr_t _stream              # CUDA: stream the producer's work is on (0: no sync)
@@ -332,8 +333,10 @@ cdef class DLPackObject:
 
     def __repr__(self):
         ro = ", readonly" if self._flags & FLAG_READ_ONLY else ""
+        how = (f", pickled={(<_Received>self._base).how}" if type(self._base) is _Received
+               else "")
         return (f"DLPackObject(shape={self.shape}, dtype={self.dtype.name}, "
-                f"device={_device_name(self.dl.device)}{ro})")
+                f"device={_device_name(self.dl.device)}{ro}{how})")
 
     def __iter__(self):
         """Elements of 1-D CPU data (so ``array.array('d', dl)`` works without NumPy)."""
@@ -355,7 +358,8 @@ cdef class DLPackObject:
 
     def __reduce_ex__(self, protocol):
         """Pickle support: protocol 5 hands the elements to the pickler as one out-of-band buffer
-        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy."""
+        (no copy where the pickler takes buffers, as Dask and Ray do); older protocols copy.
+        CUDA device data goes as a CUDA IPC handle of the memory itself (spec §11)."""
         return _reduce(self, protocol)
 
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
@@ -429,6 +433,7 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
     r._base = src
     r._legacy_import = src._legacy_import
     r._plain_versioned = src._plain_versioned
+    r._pickle_mode = src._pickle_mode
     _set_policy(r, legacy_readonly, legacy_writable)
     _publish(r)
     return r
@@ -666,13 +671,16 @@ cdef str _way_in(object obj):
 
 
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
-             bint legacy_writable=False):
+             bint legacy_writable=False, cuda_pickle=_PICKLE_MODES[0]):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
+    ``cuda_pickle`` says how CUDA data pickles (spec §11): ``"ipc"`` as a CUDA IPC handle of
+    the memory itself where CUDA shares it, else a host copy; ``"copy"`` always a host copy;
+    ``"ipc_only"`` a handle or a refusal.
     ``impl_cls`` is pydlpack 0.2.1's (deprecated; positional as in 0.2.1's
     ``asdlpack(obj, impl_cls=None)``): ``dlpack.ctypes.DLManagedTensorVersioned`` makes a plain
     ``__dlpack__()`` give a versioned capsule; consumers that pass ``max_version`` choose for
@@ -680,17 +688,21 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     """
     cdef DLPackObject r
     cdef type t = type(obj)
+    cdef int mode = PICKLE_IPC if cuda_pickle is _PICKLE_MODES[0] else _pickle_mode(cuda_pickle)
     if impl_cls is not None:
         from dlpack import _legacy
         return _plain_kind(asdlpack(obj, allow_legacy_readonly=allow_legacy_readonly,
-                                    legacy_writable=legacy_writable),
+                                    legacy_writable=legacy_writable, cuda_pickle=cuda_pickle),
                            _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
-                legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY):
+                legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY
+        ) and r._pickle_mode == mode:
             return r
-        return _share(r, allow_legacy_readonly, legacy_writable)
+        r = _share(r, allow_legacy_readonly, legacy_writable)
+        r._pickle_mode = mode
+        return r
     if t is bytes:
         r = _from_bytes(obj)
     elif t is bytearray or t is memoryview:
@@ -713,6 +725,7 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     else:
         r = _dispatch(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
+    r._pickle_mode = mode
     return r
 
 
@@ -779,7 +792,10 @@ def todict(obj):
     version.major = DLPACK_MAJOR
     version.minor = DLPACK_MINOR
     d = asdlpack(obj)
-    return _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
+    out = _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
+    if type(d._base) is _Received:      # unpickled CUDA data: how it came (spec §11)
+        out["pickled"] = (<_Received>d._base).how
+    return out
 
 
 def _export_address(DLPackObject obj, bint versioned):

@@ -51,7 +51,14 @@ cdef class _Span:
 
 
 cdef object _reduce(DLPackObject self, int protocol):
-    """``__reduce_ex__``: (_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
+    """``__reduce_ex__``: CUDA data as _reduce_cuda sends it, the rest as _reduce_host."""
+    if _cuda_kind(self.dl.device.device_type):
+        return _reduce_cuda(self, protocol)
+    return _reduce_host(self, protocol)
+
+
+cdef object _reduce_host(DLPackObject self, int protocol):
+    """(_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
 
     ``data`` holds the bytes from the lowest to one past the highest byte an element occupies;
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
@@ -114,8 +121,25 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     the elements must lie inside ``data``.
     """
     cdef DLPackObject r = _new_object()
-    cdef Py_ssize_t i, n
     cdef int64_t at
+    _rebuild_layout(r, code, bits, lanes, shape, strides, flags)
+    r._hold_buffer(data, PyBUF_SIMPLE, "pickle", "data", "; the pickle is corrupt or forged")
+    at = _field(offset, "offset", 0, r._view.len)
+    if r._view.readonly:
+        r._flags |= FLAG_READ_ONLY
+    r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+    r.dl.device.device_type = kDLCPU
+    r.dl.device.device_id = 0
+    r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
+    r._base = data
+    return r
+
+
+cdef int _rebuild_layout(DLPackObject r, code, bits, lanes, shape, strides,
+                         flags) except -1:
+    """The dtype, shape, strides and flags of a pickle, each field checked (not validated as
+    a whole: the caller's _validate does that once data is known)."""
+    cdef Py_ssize_t i, n
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
         raise Refusal(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
                       f"{strides!r:.80} are not tuples of one length; the pickle is "
@@ -132,13 +156,228 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     for i in range(n):
         r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
         r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
-    r._hold_buffer(data, PyBUF_SIMPLE, "pickle", "data", "; the pickle is corrupt or forged")
-    at = _field(offset, "offset", 0, r._view.len)
-    if r._view.readonly:
-        r._flags |= FLAG_READ_ONLY
-    r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
-    r.dl.device.device_type = kDLCPU
-    r.dl.device.device_id = 0
-    r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
-    r._base = data
+    return 0
+
+
+# -- CUDA data (docs/spec.md §11): a handle of the memory itself, or a host copy ---------------
+# Device memory goes as a CUDA IPC handle of its allocation (the offset into it, the device's
+# UUID, and an interprocess event recorded after the producer's work); memory CUDA IPC cannot
+# share goes as a host copy, restored to its device kind, unless asdlpack's cuda_pickle says
+# otherwise.
+
+import os as _os
+
+cdef enum:
+    PICKLE_IPC = 0          # an IPC handle where CUDA shares the memory, else a host copy
+    PICKLE_COPY = 1         # a host copy, always
+    PICKLE_IPC_ONLY = 2     # an IPC handle, or refused
+cdef tuple _PICKLE_MODES = ("ipc", "copy", "ipc_only")
+
+
+cdef int _pickle_mode(object mode) except -1:
+    """asdlpack's cuda_pickle argument as a PICKLE_* value."""
+    if type(mode) is not str:
+        raise TypeError(f"asdlpack: cuda_pickle = {mode!r:.80} is not a str; pass one of "
+                        f"{', '.join(_PICKLE_MODES)}")
+    for i, name in enumerate(_PICKLE_MODES):
+        if mode == name:
+            return i
+    raise ValueError(f"asdlpack: cuda_pickle = {mode!r:.80} is not one of "
+                     f"{', '.join(_PICKLE_MODES)}")
+
+
+@cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
+cdef class _Received:
+    """The base of an unpickled DLPackObject of CUDA data: what it keeps alive, and how it
+    came (``how``): "ipc" (another process's memory, opened here), "same process" (the
+    sender's own memory) or "copy" (a host copy, restored to the device kind)."""
+    cdef readonly str how
+    cdef readonly object owner
+    cdef object event
+
+    def __repr__(self):
+        return f"<pickled CUDA data ({self.how})>"
+
+
+cdef _Received _received(str how, object owner, object event=None):
+    cdef _Received r = _Received.__new__(_Received)
+    r.how = how
+    r.owner = owner
+    r.event = event
+    return r
+
+
+@cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
+cdef class _IpcExport:
+    """What a DLPackObject pickled as a handle keeps for its receivers while it lives: the
+    token a same-process unpickle finds it by, and the interprocess event they wait on."""
+    cdef int64_t token
+    cdef _IpcEvent event
+
+
+cdef object _ipc_exports = None     # DLPackObject -> its _IpcExport (weak keys)
+cdef object _ipc_senders = None     # token -> the DLPackObject (weak values)
+cdef int64_t _ipc_last_token = 0
+
+
+cdef _IpcExport _ipc_export_of(DLPackObject self):
+    """self's _IpcExport, made at its first pickle as a handle (one event per object)."""
+    global _ipc_exports, _ipc_senders, _ipc_last_token
+    cdef _IpcExport e
+    if _ipc_exports is None:
+        import weakref
+        _ipc_exports = weakref.WeakKeyDictionary()
+        _ipc_senders = weakref.WeakValueDictionary()
+    e = _ipc_exports.get(self)
+    if e is None or e.event.generation != _cu_generation:
+        e = _IpcExport.__new__(_IpcExport)
+        e.event = _cu_ipc_event(self.dl.device.device_id)
+        _ipc_last_token += 1
+        e.token = _ipc_last_token
+        _ipc_exports[self] = e
+        _ipc_senders[e.token] = self
+    return e
+
+
+cdef object _reduce_cuda(DLPackObject self, int protocol):
+    """CUDA device memory as a handle (_rebuild_ipc); pinned, managed, pool and VMM memory,
+    which CUDA IPC does not share, and all of it with cuda_pickle="copy", as a host copy
+    (_rebuild_copy); cuda_pickle="ipc_only" refuses those."""
+    cdef int32_t device_id = self.dl.device.device_id
+    cdef uintptr_t base = 0
+    cdef _IpcExport e
+    if self.lay.count == 0:             # no memory to share
+        return _reduce_copy(self, protocol)
+    handle = bytearray(CU_IPC_HANDLE_SIZE)
+    if self.dl.device.device_type != kDLCUDA:
+        why = f"on {_device_name(self.dl.device)}, which CUDA IPC does not share"
+    elif self._pickle_mode == PICKLE_COPY:
+        return _reduce_copy(self, protocol)
+    elif _cu_ipc_export(device_id, <uintptr_t>self.dl.data, handle, &base):
+        e = _ipc_export_of(self)
+        _order_after_producer(self, CU_STREAM_LEGACY, False)
+        _cu_ipc_record(e.event)
+        t = self.dl.dtype
+        return _rebuild_ipc, (bytes(handle), <uintptr_t>self.dl.data - base,
+                              _cu_uuid(device_id), t.code, t.bits, t.lanes, self.shape,
+                              self.strides, self._flags & _PICKLED_FLAGS, e.event.handle,
+                              _os.getpid(), e.token)
+    else:
+        why = (f"CUDA memory of {_device_name(self.dl.device)} that CUDA IPC cannot share "
+               "(stream-ordered pool or VMM memory)")
+    if self._pickle_mode == PICKLE_IPC_ONLY:
+        raise Refusal(f"pickle: the data is {why}, and cuda_pickle='ipc_only' refuses a host "
+                      "copy; pass cuda_pickle='ipc' or 'copy' to asdlpack to send one")
+    return _reduce_copy(self, protocol)
+
+
+cdef object _reduce_copy(DLPackObject self, int protocol):
+    """(_rebuild_copy, (device kind, device UUID, _reduce_host's arguments)): device
+    memory through a host copy ordered after the producer's work; pinned and managed memory
+    read in place once that work is done."""
+    cdef DLPackObject host = self
+    if self.dl.device.device_type == kDLCUDA:
+        host = asdlpack(self.__dlpack__(dl_device=_CPU0, copy=True, max_version=(1, 0)))
+    uuid = _cu_uuid(self.dl.device.device_id)
+    fn, args = _reduce_host(host, protocol)
+    return _rebuild_copy, (self.dl.device.device_type, uuid,
+                           args[:7] + (self._flags & _PICKLED_FLAGS,))
+
+
+cdef bytes _bytes_field(object value, str name, Py_ssize_t size):
+    if type(value) is not bytes or len(value) != size:
+        raise Refusal(f"pickle: field '{name}' = {value!r:.80} is not {size} bytes; the "
+                      "pickle is corrupt or forged")
+    return value
+
+
+cdef int32_t _ipc_ordinal(object uuid) except -1:
+    """This process's ordinal of the GPU a pickle names by UUID."""
+    cdef int32_t ordinal = _cu_uuid_ordinal(_bytes_field(uuid, "device", CU_UUID_SIZE))
+    if ordinal < 0:
+        raise Refusal(f"pickle: field 'device' = GPU {uuid.hex()} is not a GPU this process "
+                      "sees (CUDA_VISIBLE_DEVICES hides it, or the pickle comes from another "
+                      "machine); load it where that GPU is visible, or send a host copy: "
+                      "asdlpack(x, cuda_pickle='copy') before pickling")
+    return ordinal
+
+
+def _rebuild_copy(kind, uuid, args):
+    """Unpickle a host copy of CUDA data on its device kind, on the GPU with the sender's
+    UUID: device memory as a copy there, pinned and managed memory as new memory of that kind
+    holding the received bytes (strides kept)."""
+    cdef DLPackObject host, r
+    cdef _HostKindMemory mem
+    cdef int32_t ordinal
+    kind = _field(kind, "kind", 0, _KIND_LIMIT)
+    if type(args) is not tuple or len(args) != 8:
+        raise Refusal(f"pickle: field 'args' = {args!r:.80} is not a tuple of 8; the pickle "
+                      "is corrupt or forged")
+    if kind != kDLCUDA and kind != kDLCUDAHost and kind != kDLCUDAManaged:
+        raise Refusal(f"pickle: field 'kind' = {kind} is not a CUDA device kind; the "
+                      "pickle is corrupt or forged")
+    host = _rebuild(*args)
+    ordinal = _ipc_ordinal(uuid)
+    if kind == kDLCUDA:
+        owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, ordinal), copy=True,
+                                         max_version=(1, 0)))
+        r = _share(owner, False, False)
+    else:
+        owner = mem = _cu_host_kind_alloc(ordinal, host._view.len, kind == kDLCUDAManaged)
+        if host._view.len:
+            memcpy(<void *>mem.ptr, host._view.buf, host._view.len)
+        r = _share(host, False, False)
+        r.dl.data = <void *>(mem.ptr + (<uintptr_t>host.dl.data - <uintptr_t>host._view.buf))
+        r.dl.device.device_type = kind
+        r.dl.device.device_id = ordinal
+    r._flags = (r._flags & ~(<uint64_t>FLAG_READ_ONLY)) | (host._flags & FLAG_READ_ONLY)
+    r._base = _received("copy", owner)
+    return r
+
+
+def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
+                 token):
+    """Unpickle CUDA device memory sent as a handle: in the sending process the sender's own
+    memory (found by token); elsewhere the allocation mapped once per process, the view
+    bounded by it, ordered after the event the sender recorded (spec §10)."""
+    cdef DLPackObject r, sender
+    cdef _IpcMemory mem
+    cdef _IpcEvent ev
+    cdef int64_t at = _field(offset, "offset", 0, INT64_MAX)
+    cdef int32_t ordinal
+    _bytes_field(handle, "handle", CU_IPC_HANDLE_SIZE)
+    _bytes_field(event, "event", CU_IPC_HANDLE_SIZE)
+    _field(pid, "pid", 0, INT64_MAX)
+    _field(token, "token", 0, INT64_MAX)
+    if pid == _os.getpid():
+        sender = _ipc_senders.get(token) if _ipc_senders is not None else None
+        if sender is None:
+            raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
+                          "pickled is gone, and the CUDA memory it kept alive may be too; "
+                          "keep the sender alive until its pickles are loaded (spec §11)")
+        r = _share(sender, sender._legacy_readonly, False)
+        r._base = _received("same process", sender)
+        return r
+    r = _new_object()
+    _rebuild_layout(r, code, bits, lanes, shape, strides, flags)
+    try:
+        ordinal = _ipc_ordinal(uuid)
+        mem = _cu_ipc_open(ordinal, handle)
+        ev = _cu_ipc_open_event(ordinal, event)
+    except CudaError as e:
+        raise Refusal(f"pickle: field 'handle': {e}; a CUDA IPC handle opens in another "
+                      "process on the same machine (and IPC namespace) while the sending "
+                      "object lives; send a host copy instead: asdlpack(x, cuda_pickle='copy') "
+                      "before pickling") from e
+    if <uint64_t>at > mem.size:
+        raise Refusal(f"pickle: field 'offset' = {at} lies past the {mem.size}-byte "
+                      "allocation the handle names; the pickle is corrupt or forged")
+    r.dl.data = <void *>(mem.ptr + <uint64_t>at)
+    r.dl.device.device_type = kDLCUDA
+    r.dl.device.device_id = ordinal
+    r._validate("pickle", STRIDES_ELEMENTS, at, mem.size)
+    r._event = ev.event
+    r._base = _received("ipc", mem, ev)
     return r

@@ -37,6 +37,22 @@ libcuda's, has no effect. The rules:
   a primary-context reset frees its allocations, and ``library_alloc`` is another library's
   cuMemAlloc after it.
 - cuMemcpy2D refuses a pitch above MAX_PITCH even for a single row.
+- IPC across processes (spec §11). cuIpcGetMemHandle takes the base of device memory only
+  (pool, managed, pinned and host-NUMA memory, and memory opened from a handle, are refused with
+  CUDA_ERROR_INVALID_VALUE; CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says which): its bytes
+  move into a shared mapping (memfd) that another process using the fake maps from the handle.
+  cuIpcOpenMemHandle needs a current context and CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS; it fails
+  with CUDA_ERROR_INVALID_CONTEXT in the exporting process, and with CUDA_ERROR_INVALID_HANDLE
+  once the allocation is freed or its process gone; opened again in the process it returns the
+  same pointer with its count raised (as libcuda), and cuIpcCloseMemHandle past the count fails.
+  Events made with CU_EVENT_INTERPROCESS (which needs CU_EVENT_DISABLE_TIMING) have a handle;
+  an opened one is waited across processes: a stream waiting on it, or cuEventSynchronize, runs
+  once the exporter's GPU has run the record the event had when the wait was queued (a shared
+  page counts records, completions and waiters). Device UUIDs follow ``uuid_order``
+  (CUDA_VISIBLE_DEVICES in another order). A ``spawn`` child installs the fake as the tests'
+  process does: ``spawn_pool()``'s initializer, ``in_child`` for a fresh one per task, or
+  ``CHILD`` first among a Process's arguments (unpickling it installs the fake before the CUDA
+  objects after it unpickle).
 
 Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknown handle is a
 clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
@@ -49,10 +65,13 @@ modelled.
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import mmap
+import multiprocessing
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -63,6 +82,7 @@ from ctypes import (
     c_char_p,
     c_int,
     c_size_t,
+    c_ubyte,
     c_uint,
     c_uint64,
     c_void_p,
@@ -79,6 +99,9 @@ CUDA_ERROR_INVALID_HANDLE = 400
 CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_TIMEOUT = 702
 CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
+CUDA_ERROR_NOT_FOUND = 500
+CU_EVENT_DISABLE_TIMING, CU_EVENT_INTERPROCESS = 2, 4
+CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
 CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89
 EVENT = 0xE0                    # the first event handle (the lowest free one is handed out)
@@ -89,6 +112,11 @@ DEVICE_COUNT = 8
 def ctx(device_id):
     """The primary context the fake hands out for a device."""
     return 0xC000 + device_id
+
+
+class IpcHandle(Structure):
+    """CUipcMemHandle and CUipcEventHandle: 64 opaque bytes, passed by value."""
+    _fields_ = [("reserved", c_ubyte * 64)]
 
 
 class CUDA_MEMCPY2D(Structure):
@@ -139,15 +167,31 @@ _SIGNATURES = {
     "cuEventSynchronize": (c_void_p,),
     "cuCtxSynchronize": (),
     "cuMemcpy3D_v2": (POINTER(CUDA_MEMCPY3D),),
+    "cuMemGetAddressRange_v2": (POINTER(c_uint64), POINTER(c_size_t), c_uint64),
+    "cuIpcGetMemHandle": (POINTER(IpcHandle), c_uint64),
+    "cuIpcOpenMemHandle_v2": (POINTER(c_uint64), POINTER(IpcHandle), c_uint),
+    "cuIpcCloseMemHandle": (c_uint64,),
+    "cuIpcGetEventHandle": (POINTER(IpcHandle), c_void_p),
+    "cuIpcOpenEventHandle": (POINTER(c_void_p), POINTER(IpcHandle)),
+    "cuDeviceGetUuid_v2": (POINTER(c_ubyte * 16), c_int),
+    "cuMemHostAlloc": (POINTER(c_void_p), c_size_t, c_uint),
+    "cuMemFreeHost": (c_void_p,),
+    "cuMemAllocManaged": (POINTER(c_uint64), c_size_t, c_uint),
 }
+# Handles go by value: the C shim passes their address on; without it ctypes takes them by value.
+_BY_VALUE = {"cuIpcOpenMemHandle_v2": 1, "cuIpcOpenEventHandle": 1}
 _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuStreamWaitEvent", "cuEventDestroy", "cuStreamSynchronize", "cuMemAlloc",
                   "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
                   "cuMemcpyDtoDAsync", "cuEventSynchronize", "cuCtxSynchronize",
-                  "cuMemcpy3D"}
+                  "cuMemcpy3D", "cuMemGetAddressRange", "cuIpcGetMemHandle",
+                  "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
+                  "cuIpcOpenEventHandle", "cuMemHostAlloc", "cuMemFreeHost",
+                  "cuMemAllocManaged"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
             "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
-            "cuCtxSynchronize", "cuMemcpy3D"}
+            "cuCtxSynchronize", "cuMemcpy3D", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
+            "cuMemHostAlloc", "cuMemFreeHost", "cuMemAllocManaged"}
 _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_OUT_OF_MEMORY: b"CUDA_ERROR_OUT_OF_MEMORY",
                 CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
@@ -155,7 +199,8 @@ _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_INVALID_HANDLE: b"CUDA_ERROR_INVALID_HANDLE",
                 CUDA_ERROR_ILLEGAL_ADDRESS: b"CUDA_ERROR_ILLEGAL_ADDRESS",
                 CUDA_ERROR_LAUNCH_TIMEOUT: b"CUDA_ERROR_LAUNCH_TIMEOUT",
-                CUDA_ERROR_CONTEXT_IS_DESTROYED: b"CUDA_ERROR_CONTEXT_IS_DESTROYED"}
+                CUDA_ERROR_CONTEXT_IS_DESTROYED: b"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+                CUDA_ERROR_NOT_FOUND: b"CUDA_ERROR_NOT_FOUND"}
 
 
 # -- the C shim and the device address space (one per process) --------------------------------
@@ -266,15 +311,69 @@ class Stream:
 
 
 class Op:
-    __slots__ = ("deps", "done", "fn", "label", "stream")
+    __slots__ = ("deps", "done", "ext", "fn", "label", "stream")
 
-    def __init__(self, stream, deps, fn, label):
+    def __init__(self, stream, deps, fn, label, ext=None):
         self.stream, self.deps, self.fn, self.label, self.done = stream, deps, fn, label, False
+        self.ext = ext                     # a RemoteWait: runs once another process's GPU did
+
+
+class Shared:
+    """Bytes in a memfd mapping another process opens through /proc/<pid>/fd/<fd> (a handle
+    names pid, fd and inode: a closed fd, a reused number or a gone process fails to open)."""
+
+    def __init__(self, size, data=b""):
+        self.fd = os.memfd_create("pydlpack-fake-cuda", 0)
+        os.ftruncate(self.fd, max(size, 1))
+        self.map = mmap.mmap(self.fd, max(size, 1))
+        self.map[:len(data)] = data
+        self.ino = os.fstat(self.fd).st_ino
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _open_shared(pid, fd, ino):
+    """The mapping a handle names, or DriverError (CUDA_ERROR_INVALID_HANDLE)."""
+    try:
+        f = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+    except OSError as e:
+        raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"the handle's memory is gone (process "
+                          f"{pid} exited, or freed it): {e}") from None
+    try:
+        if os.fstat(f).st_ino != ino:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, "the handle's memory was freed")
+        return mmap.mmap(f, os.fstat(f).st_size)
+    finally:
+        os.close(f)
+
+
+class RemoteWait:
+    """A wait for an imported event: the exporter's record count when the wait was made must
+    have completed there. The shared page holds records, completions and waiters (uint64)."""
+
+    def __init__(self, page):
+        self.page = page
+        self.target = struct.unpack_from("<Q", page, 0)[0]
+        self.announced = False
+
+    def ready(self):
+        return struct.unpack_from("<Q", self.page, 8)[0] >= self.target
+
+    def announce(self):
+        """Tell the exporter (``waiters()``) that this process waits."""
+        if not self.announced:
+            self.announced = True
+            struct.pack_into("<Q", self.page, 16, struct.unpack_from("<Q", self.page, 16)[0] + 1)
 
 
 class Event:
-    def __init__(self, handle, context):
-        self.handle, self.ctx, self.op = handle, context, None
+    def __init__(self, handle, context, flags=0):
+        self.handle, self.ctx, self.op, self.flags = handle, context, None, flags
+        self.shared = None                 # exported: the page other processes wait on
+        self.remote = None                 # imported: the exporter's page
 
 
 class Allocation:
@@ -286,6 +385,8 @@ class Allocation:
     def __init__(self, base, size, kind, context, data=None, keep=None, allocated=False):
         self.base, self.size, self.kind, self.ctx = base, size, kind, context
         self.data, self.keep, self.allocated = data, keep, allocated
+        self.shared = None                 # exported with cuIpcGetMemHandle: its memfd
+        self.opened = None                 # kind "ipc": (exporter's key, times opened)
         Allocation.ids += 1
         self.buffer_id = Allocation.ids
 
@@ -321,9 +422,16 @@ class FakeDriver:
         self._released = c_int(0)          # bumped by release(); a C spin watches it
         self._next_context = 0xC800
         self._next_stream = 0x5000
-        self._callbacks = {name: ctypes.CFUNCTYPE(c_int, *args)(self._entry(name))
-                           for name, args in _SIGNATURES.items()}
+        self.uuid_order = list(range(DEVICE_COUNT))    # ordinal -> the physical GPU
+        self._ipc_open = {}                # exporter's (pid, fd, inode) -> base opened here
+        self._external = None              # the RemoteWait that stopped _advance last
         shim = _load_shim()
+        self._callbacks = {}
+        for name, args in _SIGNATURES.items():
+            if not shim and name in _BY_VALUE:
+                args = list(args)
+                args[_BY_VALUE[name]] = IpcHandle
+            self._callbacks[name] = ctypes.CFUNCTYPE(c_int, *args)(self._entry(name))
         self._pydll = shim[1] if shim else None
         self._entries = {}
         for name, fn in self._callbacks.items():
@@ -455,7 +563,7 @@ class FakeDriver:
         found = [s for s in self.streams.values() if s.ctx is context and not s.nonblocking]
         return found + list(context.per_thread.values())
 
-    def _enqueue(self, stream, fn, label, deps=()):
+    def _enqueue(self, stream, fn, label, deps=(), ext=None):
         d = [o for o in deps if o is not None and not o.done]
         if stream.ops:
             d.append(stream.ops[-1])
@@ -463,7 +571,7 @@ class FakeDriver:
             d += [s.ops[-1] for s in self._blocking(stream.ctx) if s.ops]
         elif not stream.nonblocking and stream.ctx.legacy.ops:
             d.append(stream.ctx.legacy.ops[-1])
-        op = Op(stream, d, fn, label)
+        op = Op(stream, d, fn, label, ext)
         stream.ops.append(op)
         return op
 
@@ -481,6 +589,9 @@ class FakeDriver:
                 continue
             if op.stream.held:
                 return False
+            if op.ext is not None and not op.ext.ready():
+                self._external = op.ext
+                return False
             assert op.stream.ops[0] is op
             op.stream.ops.pop(0)
             op.done = True
@@ -491,8 +602,25 @@ class FakeDriver:
 
     def _complete(self, op, name):
         """Wait (as the host) until op has run: DriverError 702 when that hangs."""
+        deadline = time.monotonic() + self.hang_timeout
+        self._external = None
         while not self._advance(op):
-            self._wait(name)
+            if self._external is not None:
+                self._poll(self._external, deadline)
+                self._external = None
+            else:
+                self._wait(name)
+
+    def _poll(self, remote, deadline):
+        """Wait for another process's GPU (an imported event): 702 past the deadline."""
+        remote.announce()
+        if time.monotonic() > deadline:
+            raise DriverError(CUDA_ERROR_LAUNCH_TIMEOUT, "hung: waits for another process")
+        self._cond.release()
+        try:
+            time.sleep(0.002)
+        finally:
+            self._cond.acquire()
 
     def _wait(self, name):
         self.waiting.set()
@@ -568,6 +696,9 @@ class FakeDriver:
                 c_uint.from_address(v).value = managed
             elif a == 9:
                 c_int.from_address(v).value = ordinal
+            elif a == 10:                   # CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+                c_int.from_address(v).value = int(found is not None
+                                                  and found[0].kind == "device")
             else:
                 raise DriverError(CUDA_ERROR_INVALID_VALUE, f"attribute {a}")
         return (ptr,)
@@ -584,7 +715,9 @@ class FakeDriver:
         return {"device": (CU_MEMORYTYPE_DEVICE, device, 0, None, a.ctx.handle),
                 "pinned": (CU_MEMORYTYPE_HOST, device, 0, ptr, a.ctx.handle),
                 "managed": (CU_MEMORYTYPE_DEVICE, device, 1, ptr, a.ctx.handle),
-                "vmm_host": (CU_MEMORYTYPE_HOST, device, 0, None, a.ctx.handle)}[a.kind]
+                "vmm_host": (CU_MEMORYTYPE_HOST, device, 0, None, a.ctx.handle),
+                "ipc": (CU_MEMORYTYPE_DEVICE, device, 0, None, a.ctx.handle),
+                "pool": (CU_MEMORYTYPE_DEVICE, device, 0, None, None)}[a.kind]
 
     def _cuDeviceGet(self, out, ordinal):
         if not 0 <= ordinal < DEVICE_COUNT:
@@ -650,12 +783,18 @@ class FakeDriver:
         out[0] = self._resolve(stream, same_context=False).ctx.handle
         return (stream,)
 
-    def _cuEventCreate(self, out, flags):
+    def _new_event(self, flags):
         handle = EVENT
         while handle in self.events:
             handle += 1
-        self.events[handle] = Event(handle, self._context())
-        out[0] = handle
+        self.events[handle] = Event(handle, self._context(), flags)
+        return handle
+
+    def _cuEventCreate(self, out, flags):
+        if flags & CU_EVENT_INTERPROCESS and not flags & CU_EVENT_DISABLE_TIMING:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "CU_EVENT_INTERPROCESS needs "
+                              "CU_EVENT_DISABLE_TIMING")
+        out[0] = self._new_event(flags)
         return (flags,)
 
     def _event(self, handle):
@@ -669,17 +808,31 @@ class FakeDriver:
         if e.ctx is not s.ctx:
             raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"event of context {e.ctx.handle:#x} "
                               f"recorded on a stream of context {s.ctx.handle:#x}")
-        e.op = self._enqueue(s, None, f"record {event:#x}")
+        done = None
+        if e.shared is not None:            # exported: other processes see the completion
+            page = e.shared.map
+            seq = struct.unpack_from("<Q", page, 0)[0] + 1
+            struct.pack_into("<Q", page, 0, seq)
+
+            def done():
+                if not page.closed:
+                    struct.pack_into("<Q", page, 8, max(seq, struct.unpack_from("<Q", page, 8)[0]))
+        e.op = self._enqueue(s, done, f"record {event:#x}")
         return (event, stream)
 
     def _cuStreamWaitEvent(self, stream, event, flags):
         e, s = self._event(event), self._resolve(stream)
-        self._enqueue(s, None, f"wait {event:#x}", deps=[e.op])
+        if e.remote is not None:
+            self._enqueue(s, None, f"wait {event:#x}", ext=RemoteWait(e.remote))
+        else:
+            self._enqueue(s, None, f"wait {event:#x}", deps=[e.op])
         return (stream, event, flags)
 
     def _cuEventDestroy(self, event):
-        self._event(event)
+        e = self._event(event)
         del self.events[event]
+        if e.shared is not None:
+            e.shared.close()
         return (event,)
 
     def _cuStreamSynchronize(self, stream):
@@ -689,7 +842,11 @@ class FakeDriver:
     def _cuEventSynchronize(self, event):
         """The host waits for the work before the event's record (none if never recorded)."""
         e = self._event(event)
-        if e.op is not None:
+        if e.remote is not None:
+            remote, deadline = RemoteWait(e.remote), time.monotonic() + self.hang_timeout
+            while not remote.ready():
+                self._poll(remote, deadline)
+        elif e.op is not None:
             self._complete(e.op, "cuEventSynchronize")
         return (event,)
 
@@ -706,12 +863,42 @@ class FakeDriver:
 
     def _cuMemFree(self, ptr):
         a = self.allocations.get(ptr)
-        if a is None or not a.allocated:
+        if a is None or not a.allocated or a.kind not in ("device", "managed"):
             raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not allocated")
         self._drain(a.ctx.device, "cuMemFree")
         del self.allocations[ptr]
-        _space_free(ptr, a.size)
+        if a.shared is not None:
+            a.shared.close()                # its handle no longer opens
+        if a.kind == "device":
+            _space_free(ptr, a.size)
         return (ptr,)
+
+    def _host_memory(self, kind, nbytes):
+        """Pinned or managed memory the driver allocates: host memory it keeps."""
+        if nbytes == 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
+        buffer = (ctypes.c_ubyte * nbytes)()
+        base = ctypes.addressof(buffer)
+        self.allocations[base] = Allocation(base, nbytes, kind, self._context(), keep=buffer,
+                                            allocated=True)
+        return base
+
+    def _cuMemHostAlloc(self, out, nbytes, flags):
+        out[0] = self._host_memory("pinned", nbytes)
+        return (nbytes, flags)
+
+    def _cuMemFreeHost(self, ptr):
+        a = self.allocations.get(ptr)
+        if a is None or not a.allocated or a.kind != "pinned":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not cuMemHostAlloc's")
+        del self.allocations[ptr]
+        return (ptr,)
+
+    def _cuMemAllocManaged(self, out, nbytes, flags):
+        if flags not in (1, 2):             # CU_MEM_ATTACH_GLOBAL or CU_MEM_ATTACH_HOST
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"flags {flags}")
+        out[0] = self._host_memory("managed", nbytes)
+        return (nbytes, flags)
 
     def _cuMemcpyDtoH(self, dst, src, nbytes):
         self._host(dst, nbytes, "destination")
@@ -785,6 +972,97 @@ class FakeDriver:
         s = self._resolve(stream)
         self._enqueue(s, lambda: self._put(dst, self._get(src, nbytes)), f"DtoD {dst:#x}")
         return (dst, src, nbytes, stream)
+
+    # -- IPC ------------------------------------------------------------------------------------
+
+    def _cuMemGetAddressRange(self, base, size, ptr):
+        found = self._find(ptr, 0)
+        if found is None:
+            raise DriverError(CUDA_ERROR_NOT_FOUND, f"{ptr:#x} is not memory the driver knows")
+        if base:
+            base[0] = found[0].base
+        if size:
+            size[0] = found[0].size
+        return (ptr,)
+
+    def _cuDeviceGetUuid(self, out, dev):
+        if not 0 <= dev < DEVICE_COUNT:
+            raise DriverError(CUDA_ERROR_INVALID_DEVICE, f"no device {dev}")
+        out[0][:] = uuid(self.uuid_order[dev])
+        return (dev,)
+
+    def _cuIpcGetMemHandle(self, out, ptr):
+        a = self.allocations.get(ptr)
+        if a is None or a.kind != "device":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not the base of device "
+                              "memory made by cuMemAlloc")
+        if a.shared is None:                # its bytes move to a mapping others can open
+            a.shared = Shared(a.size, bytes(a.data))
+            a.data = a.shared.map
+        out[0].reserved[:] = _pack(b"FAKEIPCM", a.shared, a.size)
+        return (ptr,)
+
+    def _cuIpcOpenMemHandle(self, out, handle, flags):
+        pid, fd, ino, size = _unpack(b"FAKEIPCM", handle)
+        if flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"flags {flags}")
+        if pid == os.getpid():
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, "opened in the process that made it")
+        key = (pid, fd, ino)
+        if key in self._ipc_open:           # as libcuda: the same pointer, counted
+            a = self.allocations[self._ipc_open[key]]
+            a.opened = (key, a.opened[1] + 1)
+        else:
+            data = _open_shared(pid, fd, ino)
+            base = _space_alloc(size)
+            a = self.allocations[base] = Allocation(base, size, "ipc", self._context(), data)
+            a.opened = (key, 1)
+            self._ipc_open[key] = base
+        out[0] = a.base
+        return (a.base, flags)
+
+    def _cuIpcCloseMemHandle(self, ptr):
+        a = self.allocations.get(ptr)
+        if a is None or a.kind != "ipc":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not an open IPC handle")
+        key, count = a.opened
+        a.opened = (key, count - 1)
+        if count == 1:
+            self._drain(a.ctx.device, "cuIpcCloseMemHandle")
+            del self.allocations[ptr], self._ipc_open[key]
+            _space_free(ptr, a.size)
+        return (ptr,)
+
+    def _cuIpcGetEventHandle(self, out, event):
+        e = self._event(event)
+        if not e.flags & CU_EVENT_INTERPROCESS or e.remote is not None:
+            raise DriverError(CUDA_ERROR_INVALID_HANDLE, f"event {event:#x} was not made with "
+                              "CU_EVENT_INTERPROCESS")
+        if e.shared is None:
+            e.shared = Shared(24)
+        out[0].reserved[:] = _pack(b"FAKEIPCE", e.shared, 24)
+        return (event,)
+
+    def _cuIpcOpenEventHandle(self, out, handle):
+        pid, fd, ino, _ = _unpack(b"FAKEIPCE", handle)
+        if pid == os.getpid():
+            raise DriverError(CUDA_ERROR_INVALID_CONTEXT, "opened in the process that made it")
+        page = _open_shared(pid, fd, ino)
+        event = self._new_event(CU_EVENT_DISABLE_TIMING)
+        self.events[event].remote = page
+        out[0] = event
+        return (event,)
+
+    def waiters(self):
+        """Processes that waited (or wait) on events this process exported."""
+        return sum(struct.unpack_from("<Q", e.shared.map, 16)[0] for e in self.events.values()
+                   if e.shared is not None and e.shared.fd is not None)
+
+    def pool(self, data, device=0):
+        """Stream-ordered pool memory (cuMemAllocAsync): device memory of no context, which
+        cuIpcGetMemHandle refuses."""
+        data = bytes(data)
+        return self._memory("pool", len(data), device, None, bytearray(data))
 
     # -- what tests do with the fake GPU -------------------------------------------------------
 
@@ -911,6 +1189,14 @@ class FakeDriver:
             if s.ops and not self._advance(s.ops[-1]):
                 raise AssertionError(f"stream {stream:#x} waits for a held stream")
 
+    def drain(self, stream, device=0):
+        """The host waits for a stream's queued work as cuStreamSynchronize does: for another
+        process's GPU too (an imported event), for up to ``hang_timeout`` seconds."""
+        with self._cond:
+            s = self._stream(stream, device)
+            if s.ops:
+                self._complete(s.ops[-1], "drain")
+
     def run(self):
         """Run the GPU: every queued operation that no held stream stops."""
         with self._cond:
@@ -942,7 +1228,10 @@ class FakeDriver:
                 s.ops.clear()
             c.per_thread.clear()
             for base in [b for b, a in self.allocations.items() if a.ctx is c and a.allocated]:
-                _space_free(base, self.allocations.pop(base).size)
+                a = self.allocations.pop(base)
+                if a.shared is not None:
+                    a.shared.close()
+                _space_free(base, a.size)
             for h in [h for h, s in self.streams.items() if s.ctx is c]:
                 del self.streams[h]
             for h in [h for h, e in self.events.items() if e.ctx is c]:
@@ -961,13 +1250,74 @@ class FakeDriver:
         return [i * _PAGE for i in range(pages) if vec[i] & 1]
 
 
+def uuid(physical):
+    """The UUID of a fake GPU (by its physical number: ``uuid_order`` maps ordinals to it)."""
+    return b"FAKE-GPU" + physical.to_bytes(8, "little")
+
+
+def _pack(magic, shared, size):
+    return struct.pack("<8sqiqq", magic, os.getpid(), shared.fd, shared.ino, size).ljust(64, b"\0")
+
+
+def _unpack(magic, handle):
+    """(pid, fd, inode, size) of a handle: a ctypes pointer to it (the shim's) or the value."""
+    raw = bytes((handle.contents if hasattr(handle, "contents") else handle).reserved)
+    if raw[:8] != magic:
+        raise DriverError(CUDA_ERROR_INVALID_VALUE, "not a handle of this driver")
+    return struct.unpack_from("<qiqq", raw, 8)
+
+
+_installed = None
+
+
 def install():
     """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it)."""
+    global _installed
     _forget_reads()
     driver = FakeDriver()
     _core._cuda_driver(driver.symbols())
     driver.calls.clear()
+    _installed = driver
     return driver
+
+
+def installed():
+    """The driver ``install`` made last in this process."""
+    return _installed
+
+
+def child_install(hang_timeout=30.0):
+    """A spawned child's first step (a Pool's initializer, or unpickling ``CHILD``): the fake
+    installed as the tests' process has it, patient with the parent's GPU."""
+    install().hang_timeout = hang_timeout
+
+
+class _Child:
+    """Put first in a spawned child's arguments: unpickling it installs the fake, so the CUDA
+    objects after it unpickle on the fake (multiprocessing unpickles arguments in order)."""
+
+    def __reduce__(self):
+        return child_install, ()
+
+
+CHILD = _Child()
+
+
+def spawn_pool():
+    """One worker process started by multiprocessing's ``spawn``, with the fake installed."""
+    return multiprocessing.get_context("spawn").Pool(1, initializer=child_install)
+
+
+def in_child(target, *args):
+    """Run in a pool's child: a fresh fake, then target(*args); returns (its result, the
+    fake's calls). A blocking call made there with the GIL held fails it, as the ``fake``
+    fixture fails a test."""
+    driver = install()
+    driver.hang_timeout = 30.0
+    result = target(*args)
+    gc.collect()                            # views the target dropped close their handles
+    assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
+    return result, list(driver.calls)
 
 
 def uninstall():

@@ -7,6 +7,7 @@
 #include <time.h>
 
 typedef unsigned long long CUdeviceptr;
+typedef struct { unsigned char reserved[64]; } IpcHandle;   /* CUipcMemHandle, CUipcEventHandle */
 
 static int (*gil_check)(void);         /* PyGILState_Check, handed over by shim_init */
 static __thread int caller_held_gil;   /* set by the entry point running on this thread */
@@ -58,6 +59,27 @@ ENTRY(cuMemcpyDtoH_v2, (void *a, CUdeviceptr b, size_t c), (a, b, c))
 ENTRY(cuMemcpyHtoD_v2, (CUdeviceptr a, const void *b, size_t c), (a, b, c))
 ENTRY(cuMemcpy2D_v2, (const void *a), (a))
 ENTRY(cuMemcpyDtoDAsync_v2, (CUdeviceptr a, CUdeviceptr b, size_t c, void *d), (a, b, c, d))
+ENTRY(cuMemGetAddressRange_v2, (CUdeviceptr *a, size_t *b, CUdeviceptr c), (a, b, c))
+ENTRY(cuIpcGetMemHandle, (IpcHandle *a, CUdeviceptr b), (a, b))
+ENTRY(cuIpcCloseMemHandle, (CUdeviceptr a), (a))
+ENTRY(cuIpcGetEventHandle, (IpcHandle *a, void *b), (a, b))
+ENTRY(cuDeviceGetUuid_v2, (unsigned char *a, int b), (a, b))
+ENTRY(cuMemHostAlloc, (void **a, size_t b, unsigned c), (a, b, c))
+ENTRY(cuMemFreeHost, (void *a), (a))
+ENTRY(cuMemAllocManaged, (CUdeviceptr *a, size_t b, unsigned c), (a, b, c))
+
+/* The handles libcuda takes by value reach Python by address (a ctypes callback's by-value
+ * structure arguments are not portable). */
+#define BY_VALUE(name, params, pyparams, args)                      \
+    static int (*py_##name) pyparams;                               \
+    int shim_##name params {                                        \
+        caller_held_gil = gil_check != NULL && gil_check();         \
+        return py_##name args;                                      \
+    }
+
+BY_VALUE(cuIpcOpenMemHandle_v2, (CUdeviceptr *a, IpcHandle b, unsigned c),
+         (CUdeviceptr *, IpcHandle *, unsigned), (a, &b, c))
+BY_VALUE(cuIpcOpenEventHandle, (void **a, IpcHandle b), (void **, IpcHandle *), (a, &b))
 
 #define SLOT(name) \
     if (strcmp(entry, #name) == 0) { *(void **)&py_##name = fn; return (void *)shim_##name; }
@@ -70,5 +92,8 @@ void *shim_route(const char *entry, void *fn) {
     SLOT(cuStreamGetCtx) SLOT(cuEventCreate) SLOT(cuEventRecord) SLOT(cuStreamWaitEvent)
     SLOT(cuEventDestroy_v2) SLOT(cuStreamSynchronize) SLOT(cuEventSynchronize) SLOT(cuCtxSynchronize) SLOT(cuMemcpy3D_v2) SLOT(cuMemAlloc_v2) SLOT(cuMemFree_v2)
     SLOT(cuMemcpyDtoH_v2) SLOT(cuMemcpyHtoD_v2) SLOT(cuMemcpy2D_v2) SLOT(cuMemcpyDtoDAsync_v2)
+    SLOT(cuMemGetAddressRange_v2) SLOT(cuIpcGetMemHandle) SLOT(cuIpcCloseMemHandle)
+    SLOT(cuIpcGetEventHandle) SLOT(cuDeviceGetUuid_v2) SLOT(cuIpcOpenMemHandle_v2)
+    SLOT(cuIpcOpenEventHandle) SLOT(cuMemHostAlloc) SLOT(cuMemFreeHost) SLOT(cuMemAllocManaged)
     return NULL;
 }
