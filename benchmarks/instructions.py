@@ -2,12 +2,13 @@
 
 Timings on a shared machine drift by several percent; instruction counts do not, so a
 restructuring of the core (docs/spec.md §1) is compared with them: run this before and after,
-``--json before.json``, then ``--compare before.json``. Each row is the count of a process that
-makes the call N more times, minus one that makes it only in the warm-up, divided by N.
+``--json before.json``, then ``--compare before.json``. Every process runs the setup and warms
+each row's call up; a row is the count of one that then makes its call N times, minus the count
+of one that stops after the warm-up, divided by N.
 
     python benchmarks/instructions.py [--torch] [--json out.json] [--compare before.json]
 
-Needs valgrind. The NumPy rows take about two minutes, the torch rows (``--torch``) a few more.
+Needs valgrind. A dozen valgrind runs of a few seconds each; ``--torch`` makes each slower.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class AI:
         self.keep = a
 ai = AI(a)
 dl = asdlpack(a)
+def out_of_band(buffer):
+    pass
 """
 
 TORCH_SETUP = """
@@ -53,7 +56,7 @@ ROWS = {
     "numpy.from_dlpack(dl)": "np.from_dlpack(dl)",
     "memoryview(dl)": "memoryview(dl)",
     "dl.__array_interface__": "dl.__array_interface__",
-    "pickle.dumps(dl, 5) out of band": "pickle.dumps(dl, 5, buffer_callback=list.append.__get__([]))",
+    "pickle.dumps(dl, 5) out of band": "pickle.dumps(dl, 5, buffer_callback=out_of_band)",
 }
 
 TORCH_ROWS = {
@@ -78,10 +81,13 @@ def collected(code: str, env: dict[str, str]) -> int:
     return int(m.group(1))
 
 
-def per_call(setup: str, stmt: str, env: dict[str, str]) -> float:
-    body = f"{setup}\nfor _ in range({WARM}):\n    {stmt}\n"
-    more = body + f"for _ in range({N}):\n    {stmt}\n"
-    return (collected(more, env) - collected(body, env)) / N
+def warm_up(setup: str, stmts: list[str]) -> str:
+    """The setup, then every row's statement WARM times: each process starts with this."""
+    return setup + "".join(f"\nfor _ in range({WARM}):\n    {s}\n" for s in stmts)
+
+
+def per_call(start: str, stmt: str, baseline: int, env: dict[str, str]) -> float:
+    return (collected(start + f"\nfor _ in range({N}):\n    {stmt}\n", env) - baseline) / N
 
 
 def main() -> int:
@@ -104,9 +110,11 @@ def main() -> int:
     if args.compare:
         with open(args.compare) as f:
             before = json.load(f)
+    start = warm_up(setup, list(rows.values()))
+    baseline = collected(start, env)
     counts = {}
     for label, stmt in rows.items():
-        counts[label] = n = per_call(setup, stmt, env)
+        counts[label] = n = per_call(start, stmt, baseline, env)
         old = before.get(label)
         ratio = f"  {n / old:5.3f}× of {old:9.0f}" if old else ""
         print(f"{label:40} {n:9.0f} instructions{ratio}", flush=True)
