@@ -119,7 +119,7 @@ class Registry:
     def __getitem__(self, name: str) -> Rule:
         return self._rules[name]
 
-    def seen_by(self, subject: Any) -> Any:
+    def view_of(self, subject: Any) -> Any:
         """What this group's rules grade of ``subject`` (its view, made on first use)."""
         if self._view is None:
             return subject
@@ -155,7 +155,10 @@ class Suite:
 
     def registry(self, name: str) -> Registry:
         """The registry that declares rule ``name``."""
-        return next(r for r in self.registries if name in r)
+        for registry in self.registries:
+            if name in registry:
+                return registry
+        raise KeyError(name)
 
     def grade(self, s: Any, name: str) -> Result:
         """One rule's result; a rule that raises unexpectedly fails with what it raised."""
@@ -164,7 +167,7 @@ class Suite:
         if r.needs_export and not s.usable:
             return Result(name, "n/a", f"not graded: {self.rules[0]} did not pass")
         try:
-            status, evidence = "pass", r.grade(registry.seen_by(s))
+            status, evidence = "pass", r.grade(registry.view_of(s))
         except Fail as e:
             status, evidence = "fail", str(e)
         except NA as e:
