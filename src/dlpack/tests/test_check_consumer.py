@@ -12,7 +12,9 @@ import pytest
 from dlpack.tests import broken_consumers
 from dlpack.tests.broken_consumers import EXPECTED
 from dlpack.tests.test_check import crash_env
-from dlpack.tools.check_consumer import RULES, SUITE, Consumer, Layout, Probe, seen
+from dlpack.tools.check_consumer import SUITE, Consumer, Layout, Probe, seen
+
+RULES = SUITE.rules
 
 BROKEN = "dlpack.tests.broken_consumers:"
 
@@ -163,9 +165,9 @@ def test_in_process_grading_exits_cleanly():
     """Probes outliving the rules (arrays, capsules freed at interpreter exit) still find
     their deleters and destructors: the interpreter exits with status 0."""
     code = ("from dlpack.tests import broken_consumers as b\n"
-            "from dlpack.tools.check_consumer import RULES, SUITE, Consumer\n"
+            "from dlpack.tools.check_consumer import SUITE, Consumer\n"
             "s = Consumer(b.correct)\n"
-            "print([SUITE.grade(s, name).status for name in RULES].count('fail'))\n")
+            "print([SUITE.grade(s, name).status for name in SUITE.rules].count('fail'))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=crash_env())
     assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr[-2000:]

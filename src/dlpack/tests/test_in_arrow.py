@@ -622,6 +622,18 @@ def test_checker_passes_a_conforming_producer():
     assert list(got) == list(RULES) and set(got.values()) == {"pass"}, got
 
 
+def test_checker_leaves_the_shared_capsule_prototypes_alone():
+    """The Arrow rules make their capsules with the prototypes every module shares
+    (dlpack._capsule_api, NULL destructor as Destructor()): importing them changes none, so
+    another user of PyCapsule_New in the process is not handed a c_void_p destructor."""
+    import dlpack._capsule_api as capi
+    from dlpack.tools import check_arrow
+
+    assert check_arrow.RULES and capi.New.argtypes[2] is capi.Destructor
+    with pytest.raises(ctypes.ArgumentError):           # None is no destructor
+        capi.New(ctypes.addressof(ctypes.c_int()), b"x", None)
+
+
 def test_checker_flags_leaks_and_double_releases():
     assert _verdicts(lambda: ap.ArrayProducer(ap.primitive("f", [1, 2], b"f")))[
         "arrow-release-unconsumed"] == "fail"                 # no destructor: a leak

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from dlpack.tests.helpers import lib
-from dlpack.tools import matrix
+from dlpack.tools import matrix, matrix_cases, matrix_env, matrix_text
 
 
 def cells(result):
@@ -58,7 +58,7 @@ def test_header_and_pairs(result):
 @pytest.mark.parametrize("width", [40, 80, 200])
 def test_renderers_fit_and_never_cut(result, width):
     for grid in (False, True):
-        text = matrix.render_text(result, grid, width)
+        text = matrix_text.render_text(result, grid, width)
         lines = text.splitlines()
         long = [line for line in lines if len(line) > width and len(line.split()) > 1]
         assert not long, (grid, width)                 # only a single word may be longer
@@ -67,11 +67,11 @@ def test_renderers_fit_and_never_cut(result, width):
         assert "zero-copy" in flat and "torch has no read-only tensors" in flat
         reasons = {c["reason"] for c in result["cells"] if c["reason"]}
         assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
-    grid = matrix.render_text(result, True, width)
+    grid = matrix_text.render_text(result, True, width)
     assert "numpy → torch" in grid and "bfloat16" in grid
     if width == 200:                  # one block: each row once, every column on it
         assert grid.count("numpy → torch") == 1
-        summary = matrix.render_text(result, False, width).splitlines()
+        summary = matrix_text.render_text(result, False, width).splitlines()
         row = next(line for line in summary if line.startswith("numpy (3) "))
         assert len(row.split()) == 2 + 2 * len(result["consumers"])
 
@@ -79,22 +79,22 @@ def test_renderers_fit_and_never_cut(result, width):
 def test_grid_shows_only_dtypes_with_a_cell():
     lib("numpy")
     run = matrix.build(providers=["bytes"], consumers=["numpy"])
-    assert run["dtypes"] == matrix.DTYPES
-    grid = matrix.render_text(run, grid=True, width=200)
+    assert run["dtypes"] == matrix_cases.DTYPES
+    grid = matrix_text.render_text(run, grid=True, width=200)
     head = next(line for line in grid.splitlines() if line.startswith("provider → consumer"))
     assert head.split()[3:] == ["uint8"]
-    assert matrix.render_markdown(run, grid=True).count("| uint8 |") == 1
+    assert matrix_text.render_markdown(run, grid=True).count("| uint8 |") == 1
 
 
 def test_markdown(result):
-    md = matrix.render_markdown(result)
+    md = matrix_text.render_markdown(result)
     assert "| numpy (3) |" in md and "|---|" in md
-    assert matrix.render_markdown(result, grid=True).count("| numpy → torch |") == 1
+    assert matrix_text.render_markdown(result, grid=True).count("| numpy → torch |") == 1
 
 
 def test_wrong_values_exit_status(monkeypatch):
     lib("numpy")
-    monkeypatch.setattr(matrix, "_values", lambda result, name: [9] * 6)
+    monkeypatch.setattr(matrix_cases, "_values", lambda result, name: [9] * 6)
     assert matrix.build(providers=["bytearray"], consumers=["numpy"])["exit_status"] == 1
 
 
@@ -104,7 +104,7 @@ def test_unreadable_result_is_unverified_not_wrong(monkeypatch):
     def unreadable(result, name):
         raise ValueError("opaque |V2 array")
 
-    monkeypatch.setattr(matrix, "_values", unreadable)
+    monkeypatch.setattr(matrix_cases, "_values", unreadable)
     run = matrix.build(providers=["bytearray"], consumers=["numpy"])
     assert [c["status"] for c in run["cells"]] == ["unverified"]
     assert "opaque" in run["cells"][0]["reason"] and run["exit_status"] == 0
@@ -112,8 +112,8 @@ def test_unreadable_result_is_unverified_not_wrong(monkeypatch):
 
 def test_cuda_without_gpu_exits_3_with_the_reason():
     try:
-        matrix.cuda_info()
-    except matrix.NoCuda:
+        matrix_env.cuda_info()
+    except matrix_env.NoCuda:
         run = run_cli("--device", "cuda")
         assert run.returncode == 3 and run.stdout == ""
         assert "no CUDA device here" in " ".join(run.stderr.split())
@@ -131,7 +131,7 @@ def test_cuda_without_gpu_exits_3_with_the_reason():
 def test_cuda_json_without_a_driver(monkeypatch, capsys):
     """The same wherever a GPU is: the driver is what the run asks, so make it unloadable."""
     def no_driver():
-        raise matrix.NoCuda("the CUDA driver (libcuda.so.1) cannot be loaded: test")
+        raise matrix_env.NoCuda("the CUDA driver (libcuda.so.1) cannot be loaded: test")
 
     monkeypatch.setattr(matrix, "cuda_info", no_driver)
     assert matrix.main(["--device", "cuda", "--json"]) == 3
@@ -178,9 +178,9 @@ def test_build_with_an_empty_filter_runs_nothing():
 def test_nothing_installed_for_the_device_exits_2(monkeypatch, capsys):
     """A GPU but no CUDA library: nothing ran, so a CI job asking for CUDA must not pass."""
     monkeypatch.setattr(matrix, "cuda_info", lambda: {"driver": "12.4", "gpus": ["test"]})
-    monkeypatch.setitem(matrix.PROVIDERS, "cupy", ("no_such_module_here", None, "cuda"))
-    monkeypatch.setitem(matrix.PROVIDERS, "numba", ("no_such_module_here", None, "cuda"))
-    monkeypatch.setitem(matrix.PROVIDERS, "torch.cuda", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix_cases.PROVIDERS, "cupy", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix_cases.PROVIDERS, "numba", ("no_such_module_here", None, "cuda"))
+    monkeypatch.setitem(matrix_cases.PROVIDERS, "torch.cuda", ("no_such_module_here", None, "cuda"))
     assert matrix.main(["--device", "cuda", "--json"]) == 2
     data = json.loads(capsys.readouterr().out)
     assert data["error"].startswith("nothing installed can run with --device cuda")
@@ -198,7 +198,8 @@ def test_help_lists_names_statuses_and_check():
     run = run_cli("--help", env=dict(os.environ, COLUMNS="80"))
     assert run.returncode == 0
     text = run.stdout
-    for name in [*matrix.PROVIDERS, *matrix.CONSUMERS, *matrix.STATUSES, *matrix.DTYPES]:
+    for name in [*matrix_cases.PROVIDERS, *matrix_cases.CONSUMERS, *matrix_cases.STATUSES,
+                 *matrix_cases.DTYPES]:
         assert name in text, name
     assert "python -m dlpack check MODULE:FACTORY" in text and "exit status" in text
     assert "check --consumer MODULE:CALLABLE" in text and "docs/check.md" in text
@@ -226,7 +227,7 @@ def test_same_machine_same_cells():
     first, second = (matrix.build(providers=providers, consumers=["jax"]) for _ in range(2))
     assert first["cells"] == second["cells"]
     c = cells(first)
-    for dtype in matrix.DTYPES:
+    for dtype in matrix_cases.DTYPES:
         cell = c["numpy", "jax", dtype]
         assert cell["status"] == "ok" and "64-byte boundary" in cell["note"], cell
     assert all("64-byte boundary" in x["note"] + x["reason"] for x in first["cells"])
@@ -235,13 +236,13 @@ def test_same_machine_same_cells():
 def test_alignment_is_measured_and_explains_copies(monkeypatch):
     lib("jax")
     np = lib("numpy")
-    assert matrix.alignment_need("jax") == 64
-    assert matrix.alignment_need("numpy") is None
+    assert matrix_cases.alignment_need("jax") == 64
+    assert matrix_cases.alignment_need("numpy") is None
     buf = np.zeros(64 + 6 + 1, np.uint8)
     start = -buf.ctypes.data % 64 + 1                    # one byte past a 64-byte boundary
-    buf[start:start + 6] = matrix.VALUES
-    monkeypatch.setattr(matrix, "make", lambda p, d: buf[start:start + 6])
-    cell = matrix.run_cell("numpy", "jax", "uint8", 64)
+    buf[start:start + 6] = matrix_cases.VALUES
+    monkeypatch.setattr(matrix_cases, "make", lambda p, d: buf[start:start + 6])
+    cell = matrix_cases.run_cell("numpy", "jax", "uint8", 64)
     assert cell.status == "copy" and "does not start on a 64-byte boundary" in cell.reason
 
 
@@ -305,7 +306,7 @@ def test_cli_exit_status_and_text_header(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert text.startswith("pydlpack ") and "CPython" in text.split("\n")[0]
     assert "libraries: " in text and "numpy " in text
-    monkeypatch.setattr(matrix, "_values", lambda result, name: [9] * 6)
+    monkeypatch.setattr(matrix_cases, "_values", lambda result, name: [9] * 6)
     assert matrix.main(["--provider", "bytearray", "--consumer", "numpy", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["cells"][0]["status"] == "wrong"
 
@@ -337,7 +338,7 @@ def test_cell_needing_a_missing_library_is_not_run():
     sys.modules entry of None: its import raises ModuleNotFoundError)."""
     lib("numpy")
     lib("torch")
-    absent = [m for m, _ in matrix.LIBRARIES.values() if m not in ("numpy", "torch")]
+    absent = [m for m, _ in matrix_env.LIBRARIES.values() if m not in ("numpy", "torch")]
     code = (f"import sys; sys.modules.update(dict.fromkeys({absent!r}))\n"
             "from dlpack.tools.matrix import main\n"
             "sys.exit(main(sys.argv[1:]))")
@@ -371,7 +372,7 @@ def test_ml_types_read_back_from_their_bits():
         patterns = np.arange(1 << (8 * size), dtype=f"u{size}")
         with np.errstate(invalid="ignore"):        # NaN patterns
             want = patterns.view(getattr(ml_dtypes, name)).astype(np.float64)
-        got = np.array([matrix._minifloat(int(b), name) for b in patterns])
+        got = np.array([matrix_cases._minifloat(int(b), name) for b in patterns])
         np.testing.assert_array_equal(got, want, err_msg=name)
     lib("torch")
     run = matrix.build(providers=["numpy", "torch"], consumers=["numpy.asarray"],

@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from dlpack.tests.helpers import lib
-from dlpack.tools import matrix
+from dlpack.tools import matrix, matrix_cases, matrix_text
 from dlpack.tools.matrix_html import render_html
 from dlpack.tools.matrix_reasons import grouped_places
 
@@ -35,13 +35,13 @@ def synthetic(extra: tuple = ()) -> dict:
         for c in consumers:
             for d in makes[p]:
                 if p == "A":
-                    cell = matrix.Cell(p, c, d, "copy", ROW)
+                    cell = matrix_cases.Cell(p, c, d, "copy", ROW)
                 elif c == "Z" and d == "float32":
-                    cell = matrix.Cell(p, c, d, "fail", COLUMN)
+                    cell = matrix_cases.Cell(p, c, d, "fail", COLUMN)
                 elif (p, c, d) == ("B", "X", "int8"):
-                    cell = matrix.Cell(p, c, d, "unverified", SINGLE)
+                    cell = matrix_cases.Cell(p, c, d, "unverified", SINGLE)
                 else:
-                    cell = matrix.Cell(p, c, d, "ok")
+                    cell = matrix_cases.Cell(p, c, d, "ok")
                 cells.append(cell)
     replaced = {(c.provider, c.consumer, c.dtype): c for c in extra}
     cells = [replaced.get((c.provider, c.consumer, c.dtype), c) for c in cells]
@@ -63,20 +63,20 @@ def synthetic(extra: tuple = ()) -> dict:
 
 def test_grouped_text_says_each_reason_once_by_row_column_and_cell():
     result = synthetic()
-    text = matrix.render_text(result, width=100)
+    text = matrix_text.render_text(result, width=100)
     flat = " ".join(text.split())
     for reason in (ROW, COLUMN, SINGLE):
         assert flat.count(reason) == 1, reason
     assert "in: A → every consumer (int8)" in flat             # the whole row
     assert "in: every provider of float32 → Z" in flat          # the whole column
     assert "in: B → X (int8)" in flat                           # the single cell
-    verbose = " ".join(matrix.render_text(result, width=100, verbose=True).split())
+    verbose = " ".join(matrix_text.render_text(result, width=100, verbose=True).split())
     assert "in: A → X (int8); A → Y (int8); A → Z (int8)" in verbose
     assert "in: B → Z (float32); C → Z (float32)" in verbose
     assert len(verbose) > len(flat)
-    md = matrix.render_markdown(result)
+    md = matrix_text.render_markdown(result)
     assert f"{ROW} — in: A → every consumer (int8)" in md
-    assert "B → Z (float32)" in matrix.render_markdown(result, verbose=True)
+    assert "B → Z (float32)" in matrix_text.render_markdown(result, verbose=True)
 
 
 def test_grouped_places_merge_providers_and_every_dtype():
@@ -229,13 +229,13 @@ def check_page(page: str, result: dict) -> Page:
     css = "".join(parsed.styles)
     for word in ("url(", "@import", "http:", "https:", "@font-face"):
         assert word not in css, word
-    expected = {(c["provider"], c["consumer"], c["dtype"]): (c["status"], matrix._explained(c))
+    expected = {(c["provider"], c["consumer"], c["dtype"]): (c["status"], matrix_text.explained(c))
                 for c in result["cells"]}
     assert parsed.cells == expected
     for pair in result["pairs"]:
         cls, summary = parsed.summaries[pair["provider"], pair["consumer"]]
         assert cls == f"v-{pair['verdict']}"
-        assert summary.split()[0] == matrix.PAIR_SYMBOLS[pair["verdict"]]
+        assert summary.split()[0] == matrix_cases.PAIR_SYMBOLS[pair["verdict"]]
         assert summary.split()[1].endswith(f"/{pair['dtypes']}")
     return parsed
 
@@ -252,8 +252,8 @@ def test_synthetic_page_holds_every_cell_and_the_header():
     for reason in (ROW, COLUMN, SINGLE):                         # the reasons, once each
         assert text.count(f"{reason} — in:") == 1
     assert "A → every consumer (int8)" in text
-    for status in matrix.STATUSES:                               # mark beside colour
-        assert f"{matrix.SYMBOLS[status]} {status}:" in text
+    for status in matrix_cases.STATUSES:                         # mark beside colour
+        assert f"{matrix_cases.SYMBOLS[status]} {status}:" in text
 
 
 def visible_text(page: str) -> str:
@@ -278,7 +278,7 @@ def visible_text(page: str) -> str:
 
 
 def test_hostile_reason_is_text_not_markup():
-    bad = matrix.Cell("C", "X", "float32", "fail", HOSTILE, "note & <i>")
+    bad = matrix_cases.Cell("C", "X", "float32", "fail", HOSTILE, "note & <i>")
     result = synthetic(extra=(bad,))
     result["header"]["platform"] = "<em>Linux</em>"
     page = render_html(result)

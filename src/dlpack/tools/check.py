@@ -3,14 +3,15 @@
 ``FACTORY()`` returns an object with ``__dlpack__`` (or a bare capsule). Every rule of the
 DLPack ABI and the array API (2023.12) that a consumer relies on is tried on real capsules read
 with ``dlpack.ctypes`` and reported pass / fail / n/a with the evidence. Rules are functions
-registered with ``@rule`` below, in the order they run; ``basic-export`` comes first and the
-others need its plain export to have worked.
+registered with ``@RULES.rule`` below, in the order they run, then the Arrow rules of
+``check_arrow``; ``basic-export`` comes first and the others need its plain export to have
+worked. The grading machinery the consumer checker shares is in ``_grading``.
 
-Each producer is graded in a child process (``check_isolated``): a producer that crashes its
-consumer fails the rule that was running ("the producer crashed a consumer: signal 11") and
-the next rule resumes in a fresh child, as the hostile corpus does. Inside a child the checker
-itself never reads memory the kernel says is unmapped, never calls a NULL entry point, and
-disarms the destructors of capsules it finds sharing a tensor.
+Each producer is graded in a child process (``_grading.check_isolated``): a producer that
+crashes its consumer fails the rule that was running ("the producer crashed a consumer: signal
+11") and the next rule resumes in a fresh child, as the hostile corpus does. Inside a child the
+checker itself never reads memory the kernel says is unmapped, never calls a NULL entry point,
+and disarms the destructors of capsules it finds sharing a tensor.
 
 The deleter is observed through a ctypes trampoline written into the managed tensor's
 ``deleter`` field: a capsule destructor and a consumer both call the deleter through that field
@@ -20,26 +21,14 @@ producer's own deleter (a second call would be a double free in the checker's ow
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
-
 import ctypes
-import datetime
-import faulthandler
 import gc
-import importlib
 import json
 import operator
-import re
-import signal
-import subprocess
 import sys
-import sysconfig
-import textwrap
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from typing import Any, NoReturn
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
 
 import dlpack._capsule_api as _capi
 import dlpack.ctypes as dlc
@@ -51,58 +40,42 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
-from dlpack.tools import check_arrow
-from dlpack.tools._child import Child
-from dlpack.tools._cli import JsonArgumentParser, quiet_native_stderr, terminal_width
+from dlpack.tools import check_arrow, check_consumer
+from dlpack.tools._cli import JsonArgumentParser, terminal_width
 from dlpack.tools._cli import wrap as _wrap
+from dlpack.tools._grading import (
+    CAPSULE,
+    LEGACY,
+    NA,
+    VERSIONED,
+    Fail,
+    Registry,
+    Result,
+    Suite,
+    Trampoline,
+    capsule_name,
+    check_isolated,
+    load_error,
+    render_result,
+    verdict,
+    what,
+    worker_main,
+)
 from dlpack.tools._memory import readable
 
 SCHEMA = "pydlpack-check/1"
-VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
-TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
-CAPSULE = type(datetime.datetime_CAPI)
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
-_Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-@dataclass
-class Result:
-    """One rule's verdict: ``pass``, ``fail`` or ``n/a``, and what was seen."""
-
-    rule: str
-    status: str
-    evidence: str
-
-
-class _Fail(Exception):
-    """A rule failed; the message is the evidence."""
-
-
-class _NA(Exception):
-    """The rule does not apply to this producer; the message says why."""
 
 
 # -- reading capsules without trusting them ------------------------------------------------------
-
-def capsule_name(capsule) -> bytes | None:
-    """The capsule's name as bytes (None for an unnamed capsule)."""
-    return _capi.GetName(capsule)
-
 
 def _disarm(*capsules) -> None:
     """Take the destructor off capsules that share a tensor: it leaks instead of being freed
     twice (and the checker keeps running)."""
     for capsule in capsules:
         _capi.SetDestructor(capsule, _capi.Destructor())    # NULL: none
-
-
-def _what(obj: object) -> str:
-    """An object for a message: its type, and its value when short."""
-    text = repr(obj)
-    return f"{type(obj).__name__} {text}" if len(text) <= 40 else \
-        f"a {type(obj).__name__} object"
 
 
 def _plausible(t: dlc.DLTensor) -> bool:
@@ -124,8 +97,8 @@ def _tensor_readable(t: dlc.DLTensor) -> None:
     for field in ("shape", "strides"):
         address = _address_of(getattr(t, field))
         if address and not readable(address, 8 * t.ndim):
-            raise _Fail(f"DLTensor.{field} points at {address:#x}, which is not readable "
-                        "memory: a consumer crashes reading it")
+            raise Fail(f"DLTensor.{field} points at {address:#x}, which is not readable "
+                       "memory: a consumer crashes reading it")
 
 
 def _dtype_name(t: dlc.DLTensor) -> str:
@@ -151,8 +124,8 @@ def _struct_at(address: int, name: bytes):
     """The managed tensor at ``address`` under a capsule named ``name``, checked readable."""
     kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
     if not readable(address, ctypes.sizeof(kind)):
-        raise _Fail(f"capsule {name.decode()!r} points at {address:#x}, which is not readable "
-                    "memory: a consumer crashes reading it")
+        raise Fail(f"capsule {name.decode()!r} points at {address:#x}, which is not readable "
+                   "memory: a consumer crashes reading it")
     return kind.from_address(address)
 
 
@@ -171,7 +144,7 @@ class DeleterProbe:
             if self.calls == 1 and original:
                 _CallDeleter(original)(ptr)
 
-        self._trampoline = _Trampoline(trampoline)
+        self._trampoline = Trampoline(trampoline)
         self.address = address
         field.deleter = ctypes.cast(self._trampoline, type(field.deleter))
 
@@ -194,7 +167,6 @@ class Subject:
         self.refusal: str | None = None     # what __dlpack__ raised on a plain request
         self.legacy_refusal: BufferError | None = None
         self._alive: list = []       # capsules whose structs a rule is still reading
-        self.arrow: Any = None       # the Arrow rules' checker (tools.check_arrow), made once
 
     def state(self) -> dict:
         """What later rules need from basic-export, for a child that resumes after a crash."""
@@ -231,21 +203,21 @@ class Subject:
     def read(self, capsule) -> tuple[bytes, dlc.DLTensor, int, Any]:
         """(name, DLTensor, flags, version) of an unconsumed capsule, its memory checked."""
         if not isinstance(capsule, CAPSULE):
-            raise _Fail(f"__dlpack__ returned {_what(capsule)}, not a PyCapsule")
+            raise Fail(f"__dlpack__ returned {what(capsule)}, not a PyCapsule")
         self._alive.append(capsule)
         name = capsule_name(capsule)
         if name not in (VERSIONED, LEGACY):
-            raise _Fail(f"capsule named {name!r}; consumers look for 'dltensor_versioned' or "
-                        "'dltensor' (a 'used_' name means it was handed out already consumed)")
+            raise Fail(f"capsule named {name!r}; consumers look for 'dltensor_versioned' or "
+                       "'dltensor' (a 'used_' name means it was handed out already consumed)")
         m = _struct_at(_capi.GetPointer(capsule, name), name)
         if name == LEGACY:
             self._legacy_struct(capsule)
             _tensor_readable(m.dl_tensor)
             return name, m.dl_tensor, 0, None
         if m.version.major != 1 or not _plausible(m.dl_tensor):
-            raise _Fail(f"'dltensor_versioned' holds version {m.version.major}."
-                        f"{m.version.minor} / an implausible DLTensor: not a "
-                        "DLManagedTensorVersioned")
+            raise Fail(f"'dltensor_versioned' holds version {m.version.major}."
+                       f"{m.version.minor} / an implausible DLTensor: not a "
+                       "DLManagedTensorVersioned")
         _tensor_readable(m.dl_tensor)
         return name, m.dl_tensor, m.flags, (m.version.major, m.version.minor)
 
@@ -257,76 +229,52 @@ class Subject:
         if readable(address, ctypes.sizeof(dlc.DLManagedTensorVersioned)):
             as_versioned = dlc.DLManagedTensorVersioned.from_address(address)
             if as_versioned.version.major == 1 and _plausible(as_versioned.dl_tensor):
-                raise _Fail("'dltensor' holds a DLManagedTensorVersioned (version "
-                            f"{as_versioned.version.major}.{as_versioned.version.minor}): a "
-                            "legacy consumer would read its version as the data pointer")
-        raise _Fail("'dltensor' holds a struct whose device/dtype/ndim are not valid")
+                raise Fail("'dltensor' holds a DLManagedTensorVersioned (version "
+                           f"{as_versioned.version.major}.{as_versioned.version.minor}): a "
+                           "legacy consumer would read its version as the data pointer")
+        raise Fail("'dltensor' holds a struct whose device/dtype/ndim are not valid")
 
     def device(self) -> tuple[int, int]:
         """``__dlpack_device__()`` as consumers read it: two ints, or a failure naming the field."""
         try:
             device = self.obj.__dlpack_device__()
         except Exception as e:
-            raise _Fail(f"__dlpack_device__() raised {type(e).__name__}: {e}") from None
+            raise Fail(f"__dlpack_device__() raised {type(e).__name__}: {e}") from None
         if not isinstance(device, (tuple, list)) or len(device) != 2:
-            raise _Fail(f"__dlpack_device__() returned {_what(device)}, not a "
-                        "(device_type, device_id) pair of ints")
+            raise Fail(f"__dlpack_device__() returned {what(device)}, not a "
+                       "(device_type, device_id) pair of ints")
         for field, value in zip(("device_type", "device_id"), device, strict=True):
             try:
                 if isinstance(value, bool):
                     raise TypeError
                 operator.index(value)
             except TypeError:
-                raise _Fail(f"__dlpack_device__() returned {tuple(device)!r}: {field} is "
-                            f"{_what(value)}, not an int (device_type is a DLDeviceType code, "
-                            "e.g. 1 for kDLCPU, 2 for kDLCUDA)") from None
+                raise Fail(f"__dlpack_device__() returned {tuple(device)!r}: {field} is "
+                           f"{what(value)}, not an int (device_type is a DLDeviceType code, "
+                           "e.g. 1 for kDLCPU, 2 for kDLCUDA)") from None
         device_type, device_id = (operator.index(x) for x in device)
         try:
             DLDeviceType(device_type)
         except ValueError:
-            raise _Fail(f"__dlpack_device__() returned device_type {device_type}, which no "
-                        "DLPack version defines") from None
+            raise Fail(f"__dlpack_device__() returned device_type {device_type}, which no "
+                       "DLPack version defines") from None
         return device_type, device_id
 
 
 # -- the rules -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Rule:
-    """``grade(subject)`` returns the evidence of a pass, or raises _Fail / _NA."""
-
-    name: str
-    grade: Callable[[Subject], str]
-    needs_export: bool
+RULES = Registry()      # the producer rules, in the order they run; then check_arrow's
 
 
-RULES: list[str] = []              # names, in the order they run (the JSON's order)
-REGISTRY: dict[str, Rule] = {}
-
-
-def rule(name: str, *, needs_export: bool = True, rules: list[str] = RULES,
-         registry: dict[str, Rule] = REGISTRY):
-    """Register a rule under ``name``; it runs after those registered before it.
-
-    ``needs_export``: n/a without grading when basic-export failed (nothing to ask for).
-    ``rules``/``registry``: another suite's (the consumer rules of tools.check_consumer).
-    """
-    def register(grade: Callable[[Any], str]) -> Callable[[Any], str]:
-        rules.append(name)
-        registry[name] = Rule(name, grade, needs_export)
-        return grade
-    return register
-
-
-@rule("basic-export", needs_export=False)
+@RULES.rule("basic-export", needs_export=False)
 def basic_export(s: Subject) -> str:
     """A plain request gives a fresh capsule of its own holding a readable, plausible tensor."""
     if not s.bare and not hasattr(s.obj, "__dlpack__"):
         if check_arrow.speaks_arrow(s.obj):
-            raise _NA(f"FACTORY() returned {_what(s.obj)}, an Arrow producer without "
-                      "__dlpack__: the arrow-* rules grade it")
-        raise _Fail(f"FACTORY() returned {_what(s.obj)}: no __dlpack__ and not a capsule, so "
-                    "not a DLPack producer")
+            raise NA(f"FACTORY() returned {what(s.obj)}, an Arrow producer without "
+                     "__dlpack__: the arrow-* rules grade it")
+        raise Fail(f"FACTORY() returned {what(s.obj)}: no __dlpack__ and not a capsule, so "
+                   "not a DLPack producer")
     if s.bare:
         asked = "FACTORY()"
         first = s.obj
@@ -343,16 +291,16 @@ def basic_export(s: Subject) -> str:
         except Exception as e:
             s.refusal = f"{type(e).__name__}: {e}"
         if s.refusal is not None:
-            raise _Fail(f"{asked} raised {s.refusal}: a consumer gets no tensor. FACTORY must "
-                        "return an object its producer exports (the exchange-api rule still "
-                        "compares the refusal)")
+            raise Fail(f"{asked} raised {s.refusal}: a consumer gets no tensor. FACTORY must "
+                       "return an object its producer exports (the exchange-api rule still "
+                       "compares the refusal)")
     if not isinstance(first, CAPSULE):
-        raise _Fail(f"{asked} returned {_what(first)}, not a PyCapsule")
+        raise Fail(f"{asked} returned {what(first)}, not a PyCapsule")
     second = s.versioned()
     if second is first:
         _disarm(first)
-        raise _Fail(f"{asked} returned the same capsule object twice: the first consumer renames "
-                    "it 'used_…' and frees the tensor, the second reads freed memory")
+        raise Fail(f"{asked} returned the same capsule object twice: the first consumer renames "
+                   "it 'used_…' and frees the tensor, the second reads freed memory")
     name = capsule_name(first)
     if name not in (VERSIONED, LEGACY):
         s.usable = True
@@ -362,8 +310,8 @@ def basic_export(s: Subject) -> str:
         here = _capi.GetPointer(first, name)
         if here == _capi.GetPointer(second, name):
             _disarm(first, second)
-            raise _Fail(f"two live capsules from {asked} hold the same managed tensor "
-                        f"({here:#x}): each consumer calls its deleter, a double free")
+            raise Fail(f"two live capsules from {asked} hold the same managed tensor "
+                       f"({here:#x}): each consumer calls its deleter, a double free")
     s.usable = True
     held = f"'{name.decode()}'" + (f" v{version[0]}.{version[1]}" if version else "")
     return (f"{asked} → {held}: shape {tuple(t.shape[i] for i in range(t.ndim))}, "
@@ -371,7 +319,7 @@ def basic_export(s: Subject) -> str:
             "export is a capsule and tensor of its own")
 
 
-@rule("capsule-names")
+@RULES.rule("capsule-names")
 def capsule_names(s: Subject) -> str:
     """Capsule names match their structs, for 1.x and legacy consumers alike."""
     capsule = s.versioned()
@@ -392,12 +340,12 @@ def capsule_names(s: Subject) -> str:
                     "a legacy capsule cannot describe")
         return "; ".join(seen)
     if not isinstance(capsule, CAPSULE):
-        raise _Fail(f"no max_version: __dlpack__() returned {_what(capsule)}, not a PyCapsule")
+        raise Fail(f"no max_version: __dlpack__() returned {what(capsule)}, not a PyCapsule")
     legacy_name = capsule_name(capsule)
     if legacy_name != LEGACY:
-        raise _Fail(f"no max_version gave {legacy_name!r}; a consumer that passes no "
-                    "max_version reads only 'dltensor' (array API: it must get a legacy "
-                    "capsule)")
+        raise Fail(f"no max_version gave {legacy_name!r}; a consumer that passes no "
+                   "max_version reads only 'dltensor' (array API: it must get a legacy "
+                   "capsule)")
     s.read(capsule)
     return "; ".join([*seen, "no max_version → 'dltensor' (a valid DLManagedTensor)"])
 
@@ -409,14 +357,14 @@ def _asking(s: Subject, version: tuple[int, int]):
     except BufferError:
         raise
     except Exception as e:
-        raise _Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
+        raise Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
 
 
-@rule("max-version")
+@RULES.rule("max-version")
 def max_version(s: Subject) -> str:
     """max_version honoured (no higher major), or the TypeError of a pre-2023.12 producer."""
     if s.bare:
-        raise _NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
+        raise NA("FACTORY returned a bare capsule: no __dlpack__ to negotiate with")
     if s.legacy_only:
         return ("max_version raises TypeError (a pre-2023.12 producer): consumers retry "
                 "without keywords and get a legacy capsule, which works")
@@ -427,7 +375,7 @@ def max_version(s: Subject) -> str:
             seen.append(f"{asked} → 'dltensor'")
             continue
         if version[0] > asked[0]:
-            raise _Fail(f"max_version={asked} gave version {version}")
+            raise Fail(f"max_version={asked} gave version {version}")
         seen.append(f"{asked} → v{version[0]}.{version[1]}")
     try:
         name, *_ = s.read(_asking(s, (0, 8)))
@@ -435,7 +383,7 @@ def max_version(s: Subject) -> str:
         return "; ".join(seen) + f"; (0, 8) → BufferError ({e}): allowed for data a legacy " \
             "capsule cannot describe"
     if name != LEGACY:
-        raise _Fail(f"max_version=(0, 8) gave {name!r}; major < 1 asks for 'dltensor'")
+        raise Fail(f"max_version=(0, 8) gave {name!r}; major < 1 asks for 'dltensor'")
     return "; ".join(seen) + "; (0, 8) → 'dltensor'"
 
 
@@ -459,7 +407,7 @@ def _memory_readonly(obj: Any) -> tuple[bool | None, str]:
         source = obj if data is None else data
         try:
             with memoryview(source) as view:
-                return view.readonly, (f"__array_interface__ data is {_what(source)}, whose "
+                return view.readonly, (f"__array_interface__ data is {what(source)}, whose "
                                        "buffer is " + ("read-only" if view.readonly else
                                                        "writable"))
         except TypeError:
@@ -481,28 +429,28 @@ def _memory_readonly(obj: Any) -> tuple[bool | None, str]:
     return None, "no other protocol says whether the memory is writable"
 
 
-@rule("flags")
+@RULES.rule("flags")
 def flags_rule(s: Subject) -> str:
     """Only known flag bits; READ_ONLY on read-only memory; IS_COPIED only on copies."""
     name, t, flags, _ = s.read(s.versioned())
     if name == LEGACY:
         readonly, how = (None, "bare capsule") if s.bare else _memory_readonly(s.obj)
         state = {True: "read-only", False: "writable", None: "unknown"}[readonly]
-        raise _NA("legacy capsules carry no flags (the producer sends only 'dltensor'): "
-                  f"consumers cannot be told; the memory: {state} ({how})")
+        raise NA("legacy capsules carry no flags (the producer sends only 'dltensor'): "
+                 f"consumers cannot be told; the memory: {state} ({how})")
     if flags & ~KNOWN_FLAGS:
-        raise _Fail(f"flags {flags:#x} has bits no DLPack version defines")
+        raise Fail(f"flags {flags:#x} has bits no DLPack version defines")
     address = _describe(t)["address"]
     _, again, _again_flags, _ = s.read(s.versioned())
     same = _describe(again)["address"] == address
     if flags & FLAG_BITMASK_IS_COPIED and same:
-        raise _Fail("IS_COPIED set on an export (copy=None) that shares memory with the next "
-                    "export: it is not a copy")
+        raise Fail("IS_COPIED set on an export (copy=None) that shares memory with the next "
+                   "export: it is not a copy")
     readonly, how = (None, "bare capsule") if s.bare else _memory_readonly(s.obj)
     got = bool(flags & FLAG_BITMASK_READ_ONLY)
     if readonly and not got:
-        raise _Fail(f"READ_ONLY missing, but the memory is read-only ({how}): consumers "
-                    "will write to it")
+        raise Fail(f"READ_ONLY missing, but the memory is read-only ({how}): consumers "
+                   "will write to it")
     note = "READ_ONLY set on writable memory (conservative)" if got and readonly is False \
         else f"READ_ONLY={'set' if got else 'clear'}"
     return f"flags {flags:#x}: {note} ({how}); IS_COPIED clear on shared exports"
@@ -526,19 +474,19 @@ def _deleter_case(s: Subject, consumed: bool, versioned: bool) -> str:
     by_capsule = probe.calls
     if consumed:
         if by_capsule:
-            raise _Fail(f"{name.decode()} renamed to {USED[name].decode()!r} (consumed), yet "
-                        "its destructor called the deleter: with the consumer's own call "
-                        "that is twice")
+            raise Fail(f"{name.decode()} renamed to {USED[name].decode()!r} (consumed), yet "
+                       "its destructor called the deleter: with the consumer's own call "
+                       "that is twice")
         probe.call_as_consumer()
         return f"{name.decode()}: destructor left the consumed tensor alone; " \
                "consumer's call ran it once"
     if by_capsule == 0:
-        raise _NA(f"unconsumed {name.decode()} capsule dropped: no call through its deleter "
-                  "field; the destructor frees it some other way (or leaks), which a "
-                  "consumer cannot observe")
+        raise NA(f"unconsumed {name.decode()} capsule dropped: no call through its deleter "
+                 "field; the destructor frees it some other way (or leaks), which a "
+                 "consumer cannot observe")
     if by_capsule != 1:
-        raise _Fail(f"unconsumed {name.decode()} capsule dropped: deleter called "
-                    f"{by_capsule} times, not once")
+        raise Fail(f"unconsumed {name.decode()} capsule dropped: deleter called "
+                   f"{by_capsule} times, not once")
     return f"{name.decode()}: dropped unconsumed → deleter called once"
 
 
@@ -548,33 +496,33 @@ def _deleter_rule(s: Subject, consumed: bool) -> str:
     return "; ".join(_deleter_case(s, consumed, v) for v in cases)
 
 
-@rule("deleter-unconsumed")
+@RULES.rule("deleter-unconsumed")
 def deleter_unconsumed(s: Subject) -> str:
     """An unconsumed capsule's destructor runs the deleter exactly once."""
     return _deleter_rule(s, False)
 
 
-@rule("deleter-consumed")
+@RULES.rule("deleter-consumed")
 def deleter_consumed(s: Subject) -> str:
     """A consumed (renamed) capsule's destructor leaves the deleter to the consumer."""
     return _deleter_rule(s, True)
 
 
-@rule("strides")
+@RULES.rule("strides")
 def strides(s: Subject) -> str:
     """Strides are non-NULL in capsules of DLPack 1.2 and later."""
     _name, t, _, version = s.read(s.versioned())
     if t.ndim == 0:
-        raise _NA("0-d tensor: no strides to give")
+        raise NA("0-d tensor: no strides to give")
     if t.strides:
         return f"strides {[t.strides[i] for i in range(t.ndim)]} (non-NULL)"
     if version is not None and version >= (1, 2):
-        raise _Fail(f"NULL strides in a v{version[0]}.{version[1]} capsule; DLPack >= 1.2 "
-                    "requires them")
+        raise Fail(f"NULL strides in a v{version[0]}.{version[1]} capsule; DLPack >= 1.2 "
+                   "requires them")
     return f"NULL strides, allowed in {'legacy' if version is None else version} capsules"
 
 
-@rule("byte-offset-alignment")
+@RULES.rule("byte-offset-alignment")
 def byte_offset_alignment(s: Subject) -> str:
     """The first element is aligned to its scalar size; data is non-NULL when needed."""
     _, t, _, _ = s.read(s.versioned())
@@ -582,27 +530,27 @@ def byte_offset_alignment(s: Subject) -> str:
     align = max(1, min(scalar // 8, 8))
     first = (t.data or 0) + t.byte_offset
     if not t.data and t.ndim and all(t.shape[i] for i in range(t.ndim)):
-        raise _Fail("NULL data pointer on a non-empty tensor")
+        raise Fail("NULL data pointer on a non-empty tensor")
     if first % align:
-        raise _Fail(f"first element at {first:#x} is not {align}-byte aligned")
+        raise Fail(f"first element at {first:#x} is not {align}-byte aligned")
     return (f"byte_offset {t.byte_offset}; first element {align}-byte aligned; data % 256 = "
             f"{(t.data or 0) % 256}")
 
 
-@rule("device-copy")
+@RULES.rule("device-copy")
 def device_copy(s: Subject) -> str:
     """__dlpack_device__, dl_device and copy follow the array API (2023.12)."""
     if s.bare or s.legacy_only:
-        raise _NA("no dl_device/copy keywords (bare capsule or pre-2023.12 producer)")
+        raise NA("no dl_device/copy keywords (bare capsule or pre-2023.12 producer)")
     device = s.device()
     _, t, _, _ = s.read(s.versioned())
     base = _describe(t)
     if base["device"] != device:
-        raise _Fail(f"__dlpack_device__() {device} but the capsule says {base['device']}")
+        raise Fail(f"__dlpack_device__() {device} but the capsule says {base['device']}")
     for kwargs in ({"dl_device": device}, {"copy": False}):
         _, t, flags, _ = s.read(s.versioned(**kwargs))
         if _describe(t)["address"] != base["address"] or flags & FLAG_BITMASK_IS_COPIED:
-            raise _Fail(f"{kwargs} copied; it must share the memory")
+            raise Fail(f"{kwargs} copied; it must share the memory")
     seen = [f"__dlpack_device__ {device}", "dl_device=same and copy=False share memory"]
     try:
         _, t, flags, _ = s.read(s.versioned(copy=True))
@@ -610,7 +558,7 @@ def device_copy(s: Subject) -> str:
         seen.append(f"copy=True refused with BufferError ({e})")
     else:
         if _describe(t)["address"] == base["address"]:
-            raise _Fail("copy=True returned the same memory")
+            raise Fail("copy=True returned the same memory")
         seen.append("copy=True gives new memory"
                     + (", IS_COPIED set" if flags & FLAG_BITMASK_IS_COPIED else
                        " (IS_COPIED not set)"))
@@ -621,69 +569,69 @@ def device_copy(s: Subject) -> str:
     except BufferError:
         seen.append(f"dl_device={elsewhere}, copy=False → BufferError")
     except Exception as e:
-        raise _Fail(f"dl_device={elsewhere}, copy=False raised {type(e).__name__} "
-                    f"({e}); the array API asks for BufferError") from None
+        raise Fail(f"dl_device={elsewhere}, copy=False raised {type(e).__name__} "
+                   f"({e}); the array API asks for BufferError") from None
     else:
-        raise _Fail(f"dl_device={elsewhere}, copy=False did not raise: a device change "
-                    "needs a copy")
+        raise Fail(f"dl_device={elsewhere}, copy=False did not raise: a device change "
+                   "needs a copy")
     return "; ".join(seen)
 
 
-@rule("stream")
+@RULES.rule("stream")
 def stream(s: Subject) -> str:
     """CUDA data: streams None, -1 and 1 accepted, 0 refused (n/a on other devices)."""
     if s.bare:
-        raise _NA("bare capsule: no __dlpack__ to pass a stream to")
+        raise NA("bare capsule: no __dlpack__ to pass a stream to")
     try:
         device = s.device()
-    except _Fail:
+    except Fail:
         if s.legacy_only:                   # device-copy is n/a for it: fail here
             raise
-        raise _NA("cannot tell whether the data is on a CUDA device: __dlpack_device__() is "
-                  "not valid (device-copy fails it)") from None
+        raise NA("cannot tell whether the data is on a CUDA device: __dlpack_device__() is "
+                 "not valid (device-copy fails it)") from None
     if device[0] != DLDeviceType.kDLCUDA:
         s.read(s.versioned(stream=None))
-        raise _NA(f"device {device}: stream is for CUDA data (stream=None accepted)")
+        raise NA(f"device {device}: stream is for CUDA data (stream=None accepted)")
     for value in (None, -1, 1):
         s.read(s.versioned(stream=value))
     try:
         s.versioned(stream=0)
     except (ValueError, BufferError, RuntimeError) as e:
         return f"None, -1, 1 accepted; 0 refused ({type(e).__name__})"
-    raise _Fail("stream=0 accepted; the array API disallows it (ambiguous)")
+    raise Fail("stream=0 accepted; the array API disallows it (ambiguous)")
 
 
 _REQUIRED = ("managed_tensor_allocator", "managed_tensor_from_py_object_no_sync",
              "managed_tensor_to_py_object_no_sync", "current_work_stream")   # dlpack.h: not NULL
 
 
-@rule("exchange-api", needs_export=False)
+@RULES.rule("exchange-api", needs_export=False)
 def exchange_api(s: Subject) -> str:
     """The C exchange API describes the same memory with the same refusals as __dlpack__."""
     api_capsule = None if s.bare else getattr(type(s.obj), "__dlpack_c_exchange_api__", None)
     if api_capsule is None:
-        raise _NA("no __dlpack_c_exchange_api__ on the type")
+        raise NA("no __dlpack_c_exchange_api__ on the type")
     if not s.usable and s.refusal is None:
-        raise _NA("not graded: basic-export failed, so there is no __dlpack__ export to compare "
-                  "the exchange API with")
+        raise NA("not graded: basic-export failed, so there is no __dlpack__ export to compare "
+                 "the exchange API with")
     if not isinstance(api_capsule, CAPSULE):
-        raise _Fail(f"__dlpack_c_exchange_api__ is {_what(api_capsule)}, not a PyCapsule")
+        raise Fail(f"__dlpack_c_exchange_api__ is {what(api_capsule)}, not a PyCapsule")
     if capsule_name(api_capsule) != b"dlpack_exchange_api":
-        raise _Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
-                    "not 'dlpack_exchange_api'")
+        raise Fail(f"__dlpack_c_exchange_api__ is named {capsule_name(api_capsule)!r}, "
+                   "not 'dlpack_exchange_api'")
     where = _capi.GetPointer(api_capsule, b"dlpack_exchange_api")
     if not readable(where, ctypes.sizeof(dlc.DLPackExchangeAPI)):
-        raise _Fail(f"__dlpack_c_exchange_api__ points at {where:#x}, which is not readable "
-                    "memory")
+        raise Fail(f"__dlpack_c_exchange_api__ points at {where:#x}, which is not readable "
+                   "memory")
     api = dlc.DLPackExchangeAPI.from_address(where)
     version = (api.header.version.major, api.header.version.minor)
     if version[0] != 1:
-        raise _Fail(f"DLPackExchangeAPI version {version[0]}.{version[1]}: a 1.x consumer "
-                    "cannot read its entry points")
+        raise Fail(f"DLPackExchangeAPI version {version[0]}.{version[1]}: a 1.x consumer "
+                   "cannot read its entry points")
     null = [f for f in _REQUIRED if not _address_of(getattr(api, f))]
     if null:
-        raise _Fail(f"NULL entry point{'s' * (len(null) > 1)} {', '.join(null)} (dlpack.h: must "
-                    "not be NULL): a consumer calling one crashes; nothing was called")
+        raise Fail(f"NULL entry point{'s' * (len(null) > 1)} {', '.join(null)} (dlpack.h: must "
+                   "not be NULL): a consumer calling one crashes; nothing was called")
     out = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
     try:
         status = api.managed_tensor_from_py_object_no_sync(s.obj, ctypes.byref(out))
@@ -692,295 +640,58 @@ def exchange_api(s: Subject) -> str:
     except Exception as e:
         if s.refusal is not None:
             return f"refuses as __dlpack__ does: {type(e).__name__} (__dlpack__: {s.refusal})"
-        raise _Fail(f"managed_tensor_from_py_object_no_sync raised {type(e).__name__} ({e}) on "
-                    "an object __dlpack__ exports") from None
+        raise Fail(f"managed_tensor_from_py_object_no_sync raised {type(e).__name__} ({e}) on "
+                   "an object __dlpack__ exports") from None
     m = _struct_at(_address_of(out), VERSIONED)
     if m.version.major != 1 or not _plausible(m.dl_tensor):
-        raise _Fail("managed_tensor_from_py_object_no_sync gave a struct that is not a valid "
-                    "DLManagedTensorVersioned (it is leaked, not freed)")
+        raise Fail("managed_tensor_from_py_object_no_sync gave a struct that is not a valid "
+                   "DLManagedTensorVersioned (it is leaked, not freed)")
     _tensor_readable(m.dl_tensor)
     fast = _describe(m.dl_tensor)
     fast_flags = m.flags
     DeleterProbe(ctypes.addressof(m), True).call_as_consumer()
     if s.refusal is not None:
-        raise _Fail(f"exchange API exported an object __dlpack__ refuses ({s.refusal})")
+        raise Fail(f"exchange API exported an object __dlpack__ refuses ({s.refusal})")
     _, t, flags, _ = s.read(s.versioned())
     slow = _describe(t)
     diff = [k for k in slow if slow[k] != fast[k]]
     if (flags ^ fast_flags) & FLAG_BITMASK_READ_ONLY:
         diff.append("READ_ONLY flag")
     if diff:
-        raise _Fail("exchange API and __dlpack__ differ in " + ", ".join(
+        raise Fail("exchange API and __dlpack__ differ in " + ", ".join(
             f"{k}: {fast.get(k)} vs {slow.get(k)}" if k in slow else k for k in diff))
     return (f"v{version[0]}.{version[1]}: same address, shape, strides, dtype, device and "
             "READ_ONLY as __dlpack__")
 
 
-def _arrow_rule(grade_rule: Callable[[check_arrow.ArrowChecker], str]
-                ) -> Callable[[Subject], str]:
-    """An Arrow rule of dlpack.tools.check_arrow, graded here like every other rule."""
-    def grade_arrow(s: Subject) -> str:
-        if s.arrow is None:
-            if s.bare or not check_arrow.speaks_arrow(s.obj):
-                raise _NA("the producer speaks no Arrow PyCapsule interface")
-            s.arrow = check_arrow.ArrowChecker(s.factory)
-        try:
-            return grade_rule(s.arrow)
-        except check_arrow.Fail as e:
-            raise _Fail(str(e)) from None
-        except check_arrow.NA as e:
-            raise _NA(str(e)) from None
-        finally:
-            gc.collect()
-    grade_arrow.__doc__ = grade_rule.__doc__
-    return grade_arrow
-
-
-for _name, _grade in check_arrow.RULES.items():
-    rule(_name, needs_export=False)(_arrow_rule(_grade))
-
-
 # -- running the rules ---------------------------------------------------------------------------
 
-def grade(s: Any, name: str, registry: dict[str, Rule] = REGISTRY) -> Result:
-    """One rule's result; a rule that raises unexpectedly fails with what it raised."""
-    r = registry[name]
-    if r.needs_export and not s.usable:
-        return Result(name, "n/a", f"not graded: {next(iter(registry))} did not pass")
-    try:
-        status, evidence = "pass", r.grade(s)
-    except _Fail as e:
-        status, evidence = "fail", str(e)
-    except _NA as e:
-        status, evidence = "n/a", str(e)
-    except Exception as e:
-        status, evidence = "fail", f"raised {type(e).__name__}: {e}"
-    finally:
-        s._alive.clear()
-    return Result(name, status, " ".join(evidence.split()))
-
-
-_LOAD_ERROR = """\
-import os, sys
-from dlpack.tools.check import load
-out = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
-try:
-    load(sys.argv[1])
-except Exception as e:
-    out.write(f"{type(e).__name__}: {e}")
-"""
-
-
-def _load_error(spec: str) -> str:
-    """Why ``MODULE:CALLABLE`` cannot be loaded ("" when it can), asked in a child: a module that
-    prints as it is imported leaves the output alone, and one that crashes or exits cannot end
-    the checker (the child that grades it reports that)."""
-    try:
-        done = subprocess.run([sys.executable, "-c", _LOAD_ERROR, spec], capture_output=True,
-                              stdin=subprocess.DEVNULL, env=_child_env(), text=True,
-                              encoding="utf-8", errors="replace", timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return ""
-    return done.stdout
-
-
-def load(spec: str) -> Callable[[], object]:
-    """``MODULE:FACTORY`` → the factory."""
-    module, sep, factory = spec.partition(":")
-    if not sep or not module or not factory:
-        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack.tools.producers:numpy)")
-    return getattr(importlib.import_module(module), factory)
+PRODUCERS = Suite("dlpack.tools.check", (RULES, check_arrow.RULES), Subject,
+                  "the producer crashed a consumer", "importing and calling FACTORY")
+# One column for the rule names of every report, producers' and consumers' alike.
+_COLUMN = max(len(name) for suite in (PRODUCERS, check_consumer.SUITE)
+              for name in [*suite.rules, suite.load_rule])
 
 
 def check(factory: Callable[[], object]) -> list[Result]:
     """Every rule against ``factory()``, in this process (``check_isolated`` survives crashes)."""
     s = Subject(factory)
-    return [grade(s, name) for name in RULES]
+    return [PRODUCERS.grade(s, name) for name in PRODUCERS.rules]
 
 
-@dataclass(frozen=True)
-class Suite:
-    """What ``check_isolated`` grades: producers (here) or consumers (tools.check_consumer)."""
-
-    module: str                  # its children run ``python -m MODULE --worker``
-    rules: list[str]
-    subject: Callable[[Callable[..., object]], Any]     # built from the loaded callable
-    grade: Callable[[Any, str], Result]
-    crashed: str                 # how a crash is reported: "the producer crashed a consumer"
-    loading: str                 # what ran when the first child died: "importing and calling…"
-    load_rule: str = "factory"   # the result's rule when the callable cannot be loaded
-    who: str = "producer"
-
-
-PRODUCERS = Suite("dlpack.tools.check", RULES, Subject, grade, "the producer crashed a consumer",
-                  "importing and calling FACTORY")
-
-
-def _worker(spec: str, start: int, state: dict, suite: Suite | None = None) -> NoReturn:
-    """The child of ``check_isolated``: a JSON line before and after each rule, on the original
-    standard output; whatever else is printed goes to the parent's log."""
-    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    os.dup2(2, 1)
-    worker = os.getpid()
-
-    def send(**message) -> None:
-        if os.getpid() != worker:   # a fork of the worker (inside __dlpack__) never reports:
-            os._exit(0)             # it ends where it would have, before a second result
-        channel.write(json.dumps(message, ensure_ascii=False) + "\n")
-        channel.flush()
-
-    with quiet_native_stderr():
-        faulthandler.enable(sys.stderr)
-        suite = suite or PRODUCERS
-        send(start=suite.load_rule)
-        try:
-            s = suite.subject(load(spec))
-        except Exception as e:
-            send(result=asdict(Result(suite.load_rule, "fail", " ".join(
-                f"{type(e).__name__}: {e}".split()))))
-            os._exit(0)
-        s.restore(state)
-        for name in suite.rules[start:]:
-            send(start=name)
-            result = suite.grade(s, name)
-            send(result=asdict(result), state=s.state())
-        channel.flush()
-        os._exit(0)          # no interpreter teardown: a producer's leftovers cannot crash it
-
-
-def _crash(rc: int | None, log: str) -> str:
-    """How a child ended early (signal, exit status or timeout), and where, from its log."""
-    if rc is None:
-        return f"it ran past {TIMEOUT} s and was stopped"
-    if rc < 0:
-        try:
-            what = f"signal {-rc} ({signal.Signals(-rc).name})"
-        except ValueError:
-            what = f"signal {-rc}"
-    else:
-        what = f"exit status {rc}"
-    tried = re.findall(r"^check: trying (.+)$", log, re.M)     # a rule's case, if it named it
-    what += f", trying {tried[-1]}" if tried else ""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)',
-                        log.split("Fatal Python error")[-1])
-    frames = [f for f in frames if not f[0].startswith(stdlib)] or frames
-    if frames:        # faulthandler lists the most recent call first
-        path, line, function = frames[0]
-        return f"{what}; last Python frame: {os.path.basename(path)}:{line} in {function}"
-    said = [line.strip() for line in log.splitlines() if line.strip()]
-    return f"{what}; it said: {said[-1]}" if said and rc > 0 else what
-
-
-def _child_env() -> dict[str, str]:
-    """The parent's environment, with its module path: MODULE resolves as it does here."""
-    paths = [p or os.getcwd() for p in sys.path]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-
-
-def check_isolated(spec: str, suite: Suite | None = None) -> Iterator[Result]:
-    """Every rule against ``MODULE:FACTORY``, run in child processes, yielded as decided.
-
-    A crash (or a rule running past TIMEOUT) fails the rule that was running, and the rules
-    after it resume in a new child; when basic-export is what crashed, the rules that need an
-    export are n/a. A factory that cannot be loaded or called gives one ``factory`` result.
-    ``suite``: what is graded (producers by default; tools.check_consumer's consumers).
-    """
-    suite = suite or PRODUCERS
-    rules, load_rule = suite.rules, suite.load_rule
-    state: dict = {}
-    start = 0
-    while start < len(rules):
-        with Child(["-m", suite.module, "--worker", spec, str(start), json.dumps(state)],
-                   _child_env(), TIMEOUT) as child:
-            running: str | None = None
-            scribbled: str | None = None    # a line the producer wrote into the channel
-            for line in child.lines():
-                try:
-                    message = json.loads(line)
-                    if "start" in message:
-                        running = message["start"]
-                        continue
-                    result = Result(**message["result"])
-                    if result.rule != load_rule and (result.rule not in rules or type(
-                            message["state"]) is not dict):
-                        raise ValueError(result.rule)
-                except (ValueError, TypeError, KeyError):
-                    child.kill()
-                    scribbled = (f"the {suite.who} wrote into the checker's result channel: "
-                                 f"{line.strip()[:80]!r}")
-                    break
-                running = None
-                if result.rule == load_rule:
-                    child.finish()
-                    yield result
-                    return
-                state = message["state"]
-                start += 1
-                yield result
-                if start >= len(rules):
-                    break
-            timed_out = child.timed_out
-            rc = child.finish()         # every rule reported: the worker exits at once
-            if start >= len(rules):
-                return
-            how = _crash(None if timed_out else rc, child.log())
-        if start == 0 and running in (None, load_rule):
-            yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
-                         f"child process: {how}")
-            return
-        yield Result(rules[start], "fail", scribbled or (
-            f"{suite.crashed}: {how}" if not timed_out
-            else f"the rule did not finish: {how}"))
-        if start == 0:
-            state = {"usable": False}
-        start += 1
-
-
-# -- output --------------------------------------------------------------------------------------
-
-def render_result(r: Result, width: int) -> str:
-    """One rule's line(s): status, rule, evidence wrapped under itself, nothing cut."""
-    names = max(len(n) for n in [*RULES, "factory"])
-    head = f"  {r.status:<4}  {r.rule:<{names}}  "
-    indent = len(head)
-    if width - indent < 30:                  # too narrow for a column: evidence below
-        return "\n".join([head.rstrip(), *textwrap.wrap(
-            r.evidence, max(width - 8, 20), initial_indent=" " * 8, subsequent_indent=" " * 8,
-            break_long_words=False, break_on_hyphens=False)])
-    return "\n".join(textwrap.wrap(r.evidence, width, initial_indent=head,
-                                   subsequent_indent=" " * indent, break_long_words=False,
-                                   break_on_hyphens=False) or [head.rstrip()])
-
-
-def _verdict(results: list[Result]) -> str:
-    fails = sum(r.status == "fail" for r in results)
-    return f"  {fails} rule{'s' * (fails != 1)} failed" if fails else \
-        "  every rule passed or does not apply"
-
-
-def render_text(spec: str, results: list[Result], width: int | None = None) -> str:
-    """One producer's report: a line per rule, evidence wrapped to ``width`` (the terminal's)."""
-    width = width or terminal_width()
-    return "\n".join([f"python -m dlpack check {spec}",
-                      *(render_result(r, width) for r in results), _verdict(results)])
-
+# -- the command line ----------------------------------------------------------------------------
 
 def _epilog(width: int) -> str:
     """--help's list of rules (producers', then consumers') and exit statuses, to ``width``."""
-    from dlpack.tools import check_consumer  # it imports this module
-
     lines: list[str] = []
-    for title, names, registry in (
-            ("rules, in the order they run (docs/check.md says what each tries):", RULES,
-             REGISTRY),
+    for title, suite in (
+            ("rules, in the order they run (docs/check.md says what each tries):", PRODUCERS),
             ("--consumer MODULE:CALLABLE, CALLABLE(producer) returning an array, rules:",
-             check_consumer.RULES, check_consumer.REGISTRY)):
+             check_consumer.SUITE)):
         lines += ["", title] if lines else [title]
-        column = max(len(n) for n in names)
-        for name in names:
-            doc = (registry[name].grade.__doc__ or "").strip()
+        column = max(len(n) for n in suite.rules)
+        for name in suite.rules:
+            doc = (suite.registry(name)[name].grade.__doc__ or "").strip()
             summary = " ".join(doc.split("\n\n")[0].split())     # the whole first paragraph
             lines += _wrap(summary, width, " " * (column + 3), f"  {name:<{column}} ")
     lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
@@ -1010,10 +721,9 @@ def main(argv: list[str] | None = None) -> int:
                      "of a callable in it (e.g. dlpack.tools.producers:numpy)")
     suite, key, head = PRODUCERS, "factory", "python -m dlpack check"
     if args.consumer:
-        from dlpack.tools import check_consumer
         suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
         for spec in args.factory:         # a consumer that does not load is a usage error
-            error = _load_error(spec)
+            error = load_error(spec)
             if error:
                 parser.error(f"{spec}: {error}")
     reports, status = [], 0
@@ -1024,11 +734,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in check_isolated(spec, suite):
             results.append(r)
             if not args.json:
-                print(render_result(r, width), flush=True)
+                print(render_result(r, width, _COLUMN), flush=True)
         status |= any(r.status == "fail" for r in results)
         reports.append({key: spec, "results": [asdict(r) for r in results]})
         if not args.json:
-            print(_verdict(results), flush=True)
+            print(verdict(results), flush=True)
     if args.json:
         print(json.dumps({"schema": SCHEMA, "reports": reports, "exit_status": status},
                          indent=1, ensure_ascii=False))
@@ -1037,5 +747,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
-        _worker(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))
+        worker_main(sys.argv[2:], PRODUCERS)
     sys.exit(main())

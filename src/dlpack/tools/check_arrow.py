@@ -7,18 +7,21 @@ release callback run exactly once (capsules dropped unconsumed, and the array mo
 nulls (``null_count`` agrees with the validity bitmap). Release calls are observed as the
 DLPack deleter is (``check.DeleterProbe``): a ctypes trampoline written into the struct's
 ``release`` field counts every call and forwards the first to the producer's own callback.
+``check`` grades these rules after its own (its ``PRODUCERS`` suite holds both registries).
 The module also holds the Arrow C structs as ctypes structures, for these rules and the tests.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, PYFUNCTYPE, c_char_p, c_int, c_int32, c_int64, c_void_p
 from typing import Any
 
 import dlpack._capsule_api as _capi
+from dlpack.tools._grading import NA, Fail, Registry
 from dlpack.tools._memory import readable
 
 METHODS = {             # method -> the capsule names it returns
@@ -154,14 +157,6 @@ class StreamProbe:
                 "chunks": [p.calls for p in self.chunks], "stream": [self.release.calls]}
 
 
-class Fail(Exception):
-    """A rule failed; the message is the evidence."""
-
-
-class NA(Exception):
-    """The rule does not apply to this producer; the message says why."""
-
-
 def speaks_arrow(obj: object) -> bool:
     """Whether obj has a method of the Arrow PyCapsule interface that makes arrays."""
     return any(hasattr(obj, m) for m in METHODS)
@@ -186,13 +181,9 @@ def _column_of(schema: ArrowSchema, array: ArrowArray) -> tuple:
     return schema, array, array.offset, array.length
 
 
-_capi.New.restype = ctypes.py_object
-_capi.New.argtypes = [c_void_p, c_char_p, c_void_p]
-
-
 def _capsule(struct, name: bytes):
     """A capsule over a struct the rule owns (no destructor: the rule releases what is left)."""
-    return _capi.New(ctypes.addressof(struct), name, None)
+    return _capi.New(ctypes.addressof(struct), name, _capi.Destructor())
 
 
 def _zero_bits(address: int, start: int, count: int) -> int:
@@ -226,7 +217,7 @@ class ArrowChecker:
         names = METHODS[method]
         if len(got) != len(names):
             raise Fail(f"{method} returned {len(got)} object(s); the interface names "
-                        f"{[n.decode() for n in names]}")
+                       f"{[n.decode() for n in names]}")
         for capsule, name in zip(got, names, strict=True):
             struct = struct_of(capsule, name)
             if not (struct.array.release if name == b"arrow_device_array" else struct.release):
@@ -264,14 +255,29 @@ class ArrowChecker:
         return schema, array, release
 
 
-RULES: dict[str, Callable[[ArrowChecker], str]] = {}     # name -> rule, in the order they run
+def _producer_view(producer: Any) -> ArrowChecker:
+    """What the Arrow rules grade of a producer being graded (its ``obj`` and ``factory``):
+    its own ArrowChecker; n/a when the object (a bare capsule, say) speaks no Arrow."""
+    if not speaks_arrow(producer.obj):
+        raise NA("the producer speaks no Arrow PyCapsule interface")
+    return ArrowChecker(producer.factory)
+
+
+RULES = Registry(view=_producer_view)       # in the order they run
 
 
 def arrow_rule(name: str) -> Callable[[Callable[[ArrowChecker], str]],
                                       Callable[[ArrowChecker], str]]:
-    """Register an Arrow rule; ``check`` grades each one as it grades its own ``@rule``s."""
+    """Register an Arrow rule (graded whether or not basic-export passed); the exports it
+    dropped are collected as it ends, so their releases run inside the rule."""
     def register(grade: Callable[[ArrowChecker], str]) -> Callable[[ArrowChecker], str]:
-        RULES[name] = grade
+        @functools.wraps(grade)
+        def collected(producer: ArrowChecker) -> str:
+            try:
+                return grade(producer)
+            finally:
+                gc.collect()
+        RULES.rule(name, needs_export=False)(collected)
         return grade
     return register
 
@@ -302,8 +308,8 @@ def arrow_release_unconsumed(producer: ArrowChecker) -> str:
         for name, probe in probes:
             if probe.calls != 1:
                 raise Fail(f"{method}: an unconsumed {name.decode()} capsule's release ran "
-                            f"{probe.calls} times (exactly once expected: "
-                            f"{'a leak' if probe.calls == 0 else 'a double release'})")
+                           f"{probe.calls} times (exactly once expected: "
+                           f"{'a leak' if probe.calls == 0 else 'a double release'})")
         seen.append(method)
     return "every struct of " + ", ".join(seen) + " released exactly once"
 
@@ -341,12 +347,12 @@ def arrow_release_consumed(producer: ArrowChecker) -> str:
     if dl is None:
         if any(c != 1 for calls in counts().values() for c in calls):
             raise Fail(f"asdlpack refused ({refusal}) and the releases ran {counts()} "
-                        "times (exactly once each expected)")
+                       "times (exactly once each expected)")
         raise NA(f"asdlpack refuses this data ({refusal}); each struct was released "
-                  "exactly once")
+                 "exactly once")
     if counts()["schema"] != [1]:
         raise Fail(f"the schema's release ran {counts()['schema']} times at once after "
-                    "reading (exactly once expected)")
+                   "reading (exactly once expected)")
     view = dl.__dlpack__(max_version=(1, 0))
     del dl
     gc.collect()
@@ -358,7 +364,7 @@ def arrow_release_consumed(producer: ArrowChecker) -> str:
     after = counts()
     if any(c != 1 for calls in after.values() for c in calls):
         raise Fail(f"after the last view was gone the releases ran {after} times "
-                    "(exactly once each expected)")
+                   "(exactly once each expected)")
     return (f"via {method}: the schema released at once; {len(after['chunks'])} array(s)"
             f"{' and the stream' if 'stream' in after else ''} released exactly once, the "
             "viewed one after the last view")
@@ -381,7 +387,7 @@ def arrow_offsets(producer: ArrowChecker) -> str:
             size = PRIMITIVE_SIZES.get(col_schema.format)
             if size is None or col.n_buffers != 2 or col_schema.dictionary:
                 raise NA(f"format {col_schema.format!r} is not a primitive type; the "
-                          "layout rules read primitive arrays")
+                         "layout rules read primitive arrays")
             address = (col.buffers[1] or 0) + start * size
             try:        # the same structs, moved into asdlpack
                 dl = asdlpack(_shim("__arrow_c_array__", (_capsule(schema, b"arrow_schema"),
@@ -392,7 +398,7 @@ def arrow_offsets(producer: ArrowChecker) -> str:
                 continue
             if length and (dl.data_ptr, dl.shape) != (address, (length,)):
                 raise Fail(f"{method}: the column says ({length},) at {address:#x}; "
-                            f"asdlpack reads {dl.shape} at {dl.data_ptr:#x}")
+                           f"asdlpack reads {dl.shape} at {dl.data_ptr:#x}")
             seen.append(f"{method}: {length} values at {address:#x}")
             base = base or (dl, size)
         finally:
@@ -404,15 +410,15 @@ def arrow_offsets(producer: ArrowChecker) -> str:
         info = todict(producer.obj)
         if (info["data"] + info["byte_offset"], info["shape"]) != (dl.data_ptr, dl.shape):
             raise Fail(f"__dlpack__ gives {info['shape']} at "
-                        f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
-                        f"{dl.shape} at {dl.data_ptr:#x}")
+                       f"{info['data'] + info['byte_offset']:#x}; the Arrow export "
+                       f"{dl.shape} at {dl.data_ptr:#x}")
         seen.append("__dlpack__ agrees")
     n = dl.shape[0]
     if callable(getattr(producer.obj, "slice", None)) and n >= 3:
         part = asdlpack(producer.obj.slice(1, n - 2))
         if (part.data_ptr, part.shape) != (dl.data_ptr + size, (n - 2,)):
             raise Fail(f"slice(1, {n - 2}) reads as {part.shape} at {part.data_ptr:#x}; "
-                        f"expected ({n - 2},) at {dl.data_ptr + size:#x} (offset lost?)")
+                       f"expected ({n - 2},) at {dl.data_ptr + size:#x} (offset lost?)")
         seen.append(f"slice(1, {n - 2}) at {part.data_ptr:#x}")
     return "; ".join(seen)
 
@@ -438,7 +444,7 @@ def arrow_nulls(producer: ArrowChecker) -> str:
             zeros = _zero_bits(bitmap, array.offset, array.length)
             if count not in (-1, zeros):
                 raise Fail(f"null_count = {count}, but {zeros} validity bits of [offset, "
-                            "offset + length) are 0")
+                           "offset + length) are 0")
     finally:
         release()
     if not zeros:

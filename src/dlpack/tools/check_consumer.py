@@ -5,8 +5,9 @@ producers built here with ctypes: a ``DLManagedTensorVersioned`` (or legacy ``DL
 over memory the checker owns, in a capsule whose name, version, flags, ``byte_offset``, strides,
 dtype and device the rule chooses, and a deleter that counts its calls (and, for
 ``deleter-once``, overwrites the data with a pattern, so a dangling array shows it). Results are
-read back through ``asdlpack``. The rules run in child processes through tools.check's runner:
-a consumer that crashes fails the rule that was running, and the next rule goes on.
+read back through ``asdlpack``. The rules run in child processes through the runner producers
+share (``_grading.check_isolated``): a consumer that crashes fails the rule that was running,
+and the next rule goes on.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
-import json
 import math
 import os
 import struct
@@ -22,17 +22,25 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import dlpack._capsule_api as _capi
 import dlpack.ctypes as dlc
 from dlpack._types import FLAG_BITMASK_IS_COPIED, FLAG_BITMASK_READ_ONLY
-from dlpack.tools import check
-from dlpack.tools.check import _NA, LEGACY, VERSIONED, _Fail, _Trampoline, _what
+from dlpack.tools._grading import (
+    LEGACY,
+    NA,
+    VERSIONED,
+    Fail,
+    Registry,
+    Suite,
+    Trampoline,
+    capsule_name,
+    what,
+    worker_main,
+)
 
-RULES: list[str] = []              # names, in the order they run (the JSON's order)
-REGISTRY: dict[str, check.Rule] = {}
+RULES = Registry()                  # the consumer rules, in the order they run
 PATTERN = 0xA5                      # what a poisoning deleter writes over the data
 VALUES = struct.pack("<6f", 0, 1, 2, 3, 4, 5)
 WRITTEN = 42.0                      # what read-only writes through the result
@@ -41,11 +49,6 @@ WRITTEN = 42.0                      # what read-only writes through the result
 # array freed at interpreter exit) still finds its callback (the list itself is never freed).
 _KEEP: list = []
 ctypes.pythonapi.Py_IncRef(ctypes.py_object(_KEEP))
-
-
-def rule(name: str) -> Callable[[Callable[[Consumer], str]], Callable[[Consumer], str]]:
-    """Register a consumer rule (tools.check's registry mechanism, this module's list)."""
-    return check.rule(name, needs_export=False, rules=RULES, registry=REGISTRY)
 
 
 def _buffer(payload: bytes) -> int:
@@ -118,7 +121,7 @@ class Probe:
             if self.poison:
                 ctypes.memset(self.base, PATTERN, len(layout.payload))
 
-        self.deleter = _Trampoline(deleter)
+        self.deleter = Trampoline(deleter)
         _KEEP.append(self.deleter)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -172,7 +175,7 @@ class Probe:
         return capsule
 
     def names(self) -> list[str]:
-        return [(check.capsule_name(c) or b"").decode() for c in self.capsules]
+        return [(capsule_name(c) or b"").decode() for c in self.capsules]
 
 
 @_capi.Destructor
@@ -182,7 +185,7 @@ def _DESTRUCTOR(capsule: int) -> None:
     if name in (VERSIONED, LEGACY):
         kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
         address = _capi.RawGetPointer(capsule, name)
-        _Trampoline(ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value)(
+        Trampoline(ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value)(
             address)
 
 
@@ -301,7 +304,7 @@ class Consumer:
 
     def __init__(self, consume: Callable[[object], object]) -> None:
         self.consume = _in_this_process(consume)
-        self.usable = True
+        self.usable = True          # every rule is graded, whatever basic-import found
         self.zero_copy: bool | None = None
         self._alive: list = []
 
@@ -321,10 +324,10 @@ class Consumer:
             return "refused", type(e).__name__
         if must_refuse:
             self._alive.append(result)      # never read; dropped as the rule ends (grade)
-            return "wrong", f"accepted, returned {_what(result)}"
+            return "wrong", f"accepted, returned {what(result)}"
         got = seen(result)
         if got is None:
-            return "unread", f"returned {_what(result)}, which asdlpack cannot read back"
+            return "unread", f"returned {what(result)}, which asdlpack cannot read back"
         return _compare(got, layout, probe)
 
 
@@ -348,34 +351,34 @@ def _grade_cases(s: Consumer, cases: dict[str, Layout], must_refuse: bool = Fals
                 for name, layout in cases.items()}
     wrong = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "wrong"]
     if wrong:
-        raise _Fail("; ".join(wrong))
+        raise Fail("; ".join(wrong))
     unread = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "unread"]
     if unread and len(unread) == len(verdicts):
-        raise _NA(unread[0])
+        raise NA(unread[0])
     return "; ".join(f"{n}: {'ok' if v == 'ok' else v} ({how})"
                      for n, (v, how) in verdicts.items())
 
 
 # -- the rules -----------------------------------------------------------------------------------
 
-@rule("basic-import")
+@RULES.rule("basic-import")
 def basic_import(s: Consumer) -> str:
     """A versioned C-contiguous float32 (2, 3) tensor arrives with its values and address."""
     probe = Probe()
     try:
         result = s.consume(probe)
     except Exception as e:
-        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+        raise Fail(f"raised {type(e).__name__}: {e}") from None
     got = seen(result)
     if got is None:
-        raise _NA(f"returned {_what(result)}, which asdlpack (and numpy.asarray) cannot read")
+        raise NA(f"returned {what(result)}, which asdlpack (and numpy.asarray) cannot read")
     verdict, how = _compare(got, Layout(), probe)
     if verdict != "ok":
-        raise _Fail(how)
+        raise Fail(how)
     s.zero_copy = how == "shared"
     if not s.zero_copy:
-        raise _Fail(f"the values arrived, copied (at {got.address:#x}, not the tensor's "
-                    f"{probe.first:#x}): DLPack is a zero-copy exchange")
+        raise Fail(f"the values arrived, copied (at {got.address:#x}, not the tensor's "
+                   f"{probe.first:#x}): DLPack is a zero-copy exchange")
     return f"values right, same address (zero-copy); {type(result).__name__}"
 
 
@@ -385,35 +388,35 @@ def _called(s: Consumer) -> Probe:
     try:
         s.consume(probe)
     except Exception as e:
-        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+        raise Fail(f"raised {type(e).__name__}: {e}") from None
     if not probe.calls:
-        raise _NA("the consumer never called __dlpack__")
+        raise NA("the consumer never called __dlpack__")
     return probe
 
 
-@rule("max-version")
+@RULES.rule("max-version")
 def max_version(s: Consumer) -> str:
     """max_version >= (1, 0) passed; no keywords only after a TypeError (a legacy producer)."""
     probe = _called(s)
     first = probe.calls[0]
     asked = first.get("max_version")
     if asked is None:
-        raise _Fail(f"__dlpack__({_keywords(first)}): no max_version, so a DLPack 1.x producer "
-                    "must send a legacy capsule (READ_ONLY and the version cannot travel)")
+        raise Fail(f"__dlpack__({_keywords(first)}): no max_version, so a DLPack 1.x producer "
+                   "must send a legacy capsule (READ_ONLY and the version cannot travel)")
     if tuple(asked) < (1, 0):
-        raise _Fail(f"max_version={tuple(asked)}: below (1, 0)")
+        raise Fail(f"max_version={tuple(asked)}: below (1, 0)")
     legacy = LegacyProbe()
     try:
         result = s.consume(legacy)
     except Exception as e:
-        raise _Fail(f"max_version={tuple(asked)}; a producer whose __dlpack__ refuses the "
-                    f"keyword with TypeError (pre-2023.12) made it raise {type(e).__name__}: "
-                    f"{e} (the array API: retry without it)") from None
+        raise Fail(f"max_version={tuple(asked)}; a producer whose __dlpack__ refuses the "
+                   f"keyword with TypeError (pre-2023.12) made it raise {type(e).__name__}: "
+                   f"{e} (the array API: retry without it)") from None
     got = seen(result)
     retried = [c for c in legacy.calls if "max_version" not in c]
     verdict = _compare(got, Layout(), legacy)[0] if got else "unread"
     if verdict == "wrong" or not retried:
-        raise _Fail("a pre-2023.12 producer's legacy capsule was read wrong")
+        raise Fail("a pre-2023.12 producer's legacy capsule was read wrong")
     return (f"__dlpack__({_keywords(first)}); after a TypeError it retried with "
             f"({_keywords(retried[0])}) and read the legacy capsule right")
 
@@ -423,7 +426,7 @@ def _keywords(call: dict) -> str:
                      for k, v in call.items())
 
 
-@rule("capsule-consumed")
+@RULES.rule("capsule-consumed")
 def capsule_consumed(s: Consumer) -> str:
     """The imported capsule is renamed used_dltensor_versioned / used_dltensor."""
     seen_names = []
@@ -433,33 +436,33 @@ def capsule_consumed(s: Consumer) -> str:
         except Exception as e:
             given = "" if probe.layout.version else " (a producer that answers max_version " \
                 "with a 'dltensor' capsule, as the array API allows)"
-            raise _Fail(f"raised {type(e).__name__}: {e}{given}") from None
+            raise Fail(f"raised {type(e).__name__}: {e}{given}") from None
         names = probe.names()
         if not names:
-            raise _NA("the consumer never called __dlpack__")
+            raise NA("the consumer never called __dlpack__")
         if not names[-1].startswith("used_"):
-            raise _Fail(f"after import the capsule is still named {names[-1]!r}: its "
-                        "destructor calls the deleter the consumer's array still relies on")
+            raise Fail(f"after import the capsule is still named {names[-1]!r}: its "
+                       "destructor calls the deleter the consumer's array still relies on")
         seen_names.append(f"{names[-1][5:]} → {names[-1]}")
         del result
     return "; ".join(seen_names)
 
 
-@rule("deleter-once")
+@RULES.rule("deleter-once")
 def deleter_once(s: Consumer) -> str:
     """The deleter runs once, after the array and every view of it are gone."""
     probe = Probe(poison=True)
     try:
         result = s.consume(probe)
     except Exception as e:
-        raise _Fail(f"raised {type(e).__name__}: {e}") from None
+        raise Fail(f"raised {type(e).__name__}: {e}") from None
     got = seen(result)
     if probe.deleted:
         if got is not None and got.address == probe.first:
             read = "reads the pattern the deleter wrote" if got.data and set(got.data) == {
                 PATTERN} else "points at it"
-            raise _Fail(f"deleter called {probe.deleted}× before the consumer returned, yet "
-                        f"its array still uses the tensor's memory ({read}): a dangling array")
+            raise Fail(f"deleter called {probe.deleted}× before the consumer returned, yet "
+                       f"its array still uses the tensor's memory ({read}): a dangling array")
         early = f"deleter called when the import returned (the array is a copy{'' if got else '?'})"
     else:
         early = "not called while the array lives"
@@ -473,8 +476,8 @@ def deleter_once(s: Consumer) -> str:
     gc.collect()
     if shares:
         if probe.deleted:
-            raise _Fail("deleter called once the array was dropped, while a view of it "
-                        "(result[1:]) still uses the memory")
+            raise Fail("deleter called once the array was dropped, while a view of it "
+                       "(result[1:]) still uses the memory")
         early += "; nor while a view (result[1:]) outlives the array"
     del view
     probe.capsules.clear()
@@ -484,10 +487,10 @@ def deleter_once(s: Consumer) -> str:
             break
         time.sleep(0.05)
     if probe.deleted == 0:
-        raise _Fail("deleter never called after the array and its views were gone (and "
-                    "the capsule dropped): the tensor leaks")
+        raise Fail("deleter never called after the array and its views were gone (and "
+                   "the capsule dropped): the tensor leaks")
     if probe.deleted > 1:
-        raise _Fail(f"deleter called {probe.deleted} times: the producer frees it twice")
+        raise Fail(f"deleter called {probe.deleted} times: the producer frees it twice")
     return f"{early}; called once after"
 
 
@@ -505,7 +508,7 @@ def _reexport_writable(result: Any, probe: Probe) -> bool:
     READ_ONLY (the next consumer writes into it)."""
     try:
         capsule = result.__dlpack__(max_version=(1, 3))
-        name = check.capsule_name(capsule)
+        name = capsule_name(capsule)
         m = dlc.DLManagedTensorVersioned.from_address(_capi.GetPointer(capsule, name))
     except Exception:
         return False
@@ -515,7 +518,7 @@ def _reexport_writable(result: Any, probe: Probe) -> bool:
     return first == probe.first and not m.flags & FLAG_BITMASK_READ_ONLY
 
 
-@rule("read-only")
+@RULES.rule("read-only")
 def read_only(s: Consumer) -> str:
     """A READ_ONLY tensor is refused, copied or read-only: writes never reach its memory."""
     probe = Probe(Layout(flags=FLAG_BITMASK_READ_ONLY))
@@ -525,22 +528,22 @@ def read_only(s: Consumer) -> str:
         return f"refused ({type(e).__name__}: {e})"
     wrote = _write(result, 2)
     if ctypes.string_at(probe.first, len(VALUES)) != VALUES:
-        raise _Fail(f"{wrote}, and the write reached the producer's read-only memory")
+        raise Fail(f"{wrote}, and the write reached the producer's read-only memory")
     if _reexport_writable(result, probe):
-        raise _Fail(f"{wrote}, but the array shares the read-only memory and its __dlpack__ "
-                    "exports it without READ_ONLY: the next consumer writes into it")
+        raise Fail(f"{wrote}, but the array shares the read-only memory and its __dlpack__ "
+                   "exports it without READ_ONLY: the next consumer writes into it")
     return f"{wrote}; the producer's memory is unchanged"
 
 
-@rule("byte-offset")
+@RULES.rule("byte-offset")
 def byte_offset(s: Consumer) -> str:
     """A non-zero byte_offset is honoured."""
     layout = Layout(shape=(4,), strides=(1,), byte_offset=8)
     verdict, how = s.case("byte_offset 8", layout)
     if verdict == "unread":
-        raise _NA(how)
+        raise NA(how)
     if verdict != "ok":
-        raise _Fail(f"byte_offset 8 over 0..5 (expected 2, 3, 4, 5): {verdict} ({how})")
+        raise Fail(f"byte_offset 8 over 0..5 (expected 2, 3, 4, 5): {verdict} ({how})")
     return f"byte_offset 8: values 2, 3, 4, 5 ({how})"
 
 
@@ -556,7 +559,7 @@ _STRIDES = {
 }
 
 
-@rule("strides")
+@RULES.rule("strides")
 def strides(s: Consumer) -> str:
     """NULL, non-contiguous, negative and zero strides, extents 0 and 1: right or refused."""
     return _grade_cases(s, _STRIDES)
@@ -583,20 +586,20 @@ def _dtype_cases() -> dict[str, Layout]:
     return cases
 
 
-@rule("dtypes")
+@RULES.rule("dtypes")
 def dtypes(s: Consumer) -> str:
     """Every DLPack type (int, uint, float, bfloat, complex, bool, float8): right or refused."""
     verdicts = {name: s.case(name, layout) for name, layout in _dtype_cases().items()}
     wrong = [f"{n}: {how}" for n, (v, how) in verdicts.items() if v == "wrong"]
     if wrong:
-        raise _Fail("; ".join(wrong))
+        raise Fail("; ".join(wrong))
     groups: dict[str, list[str]] = {}
     for name, (verdict, how) in verdicts.items():
         groups.setdefault("ok" if verdict == "ok" else f"{verdict} ({how})", []).append(name)
     return "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
 
 
-@rule("device")
+@RULES.rule("device")
 def device(s: Consumer) -> str:
     """A tensor on a device the consumer lacks (CUDA) is refused with an exception."""
     probe = Probe(Layout(device=(2, 0)))
@@ -612,22 +615,22 @@ def device(s: Consumer) -> str:
     if got is not None and got.device == (2, 0):
         return "returned an array on CUDA 0"
     s._alive.append(result)
-    raise _Fail(f"returned {_what(result)} on device {got.device if got else '?'} for a CUDA "
-                "tensor: a wrong-device array over device memory")
+    raise Fail(f"returned {what(result)} on device {got.device if got else '?'} for a CUDA "
+               "tensor: a wrong-device array over device memory")
 
 
-@rule("stream")
+@RULES.rule("stream")
 def stream(s: Consumer) -> str:
     """For CPU data the consumer passes stream=None or no stream."""
     probe = _called(s)
     given = [c["stream"] for c in probe.calls if c.get("stream") is not None]
     if given:
-        raise _Fail(f"stream={given[0]!r} for CPU data: the array API says None")
+        raise Fail(f"stream={given[0]!r} for CPU data: the array API says None")
     passed = any("stream" in c for c in probe.calls)
     return "stream=None" if passed else "no stream keyword"
 
 
-@rule("flags")
+@RULES.rule("flags")
 def flags(s: Consumer) -> str:
     """IS_COPIED and unknown future flag bits change nothing."""
     seen_flags = []
@@ -635,11 +638,11 @@ def flags(s: Consumer) -> str:
                         ("unknown bits 1<<3|1<<62", 1 << 3 | 1 << 62)):
         verdict, how = s.case(name, Layout(flags=value))
         if verdict == "unread":
-            raise _NA(how)
+            raise NA(how)
         if verdict != "ok":
-            raise _Fail(f"{name}: {verdict} ({how}); without the flag it imports")
+            raise Fail(f"{name}: {verdict} ({how}); without the flag it imports")
         if s.zero_copy is not None and (how == "shared") != s.zero_copy:
-            raise _Fail(f"{name}: {how}, unlike the same tensor without it")
+            raise Fail(f"{name}: {how}, unlike the same tensor without it")
         seen_flags.append(f"{name}: same values, {how}")
     return "; ".join(seen_flags)
 
@@ -657,13 +660,13 @@ _HOSTILE_BAD = {
 }
 
 
-@rule("hostile")
+@RULES.rule("hostile")
 def hostile(s: Consumer) -> str:
     """ndim 0 and 1000 right or refused; overflowing sizes, NULL data, negative ndim refused."""
     return _grade_cases(s, _HOSTILE_OK) + "; " + _grade_cases(s, _HOSTILE_BAD, must_refuse=True)
 
 
-@rule("exchange-api")
+@RULES.rule("exchange-api")
 def exchange_api(s: Consumer) -> str:
     """If the consumer uses __dlpack_c_exchange_api__, it agrees with its __dlpack__ path."""
     seen_paths = []
@@ -676,7 +679,7 @@ def exchange_api(s: Consumer) -> str:
             except Exception as e:
                 result = e
             if isinstance(probe, ExchangeProbe) and not probe.exchanged:
-                raise _NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
+                raise NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
             if isinstance(result, Exception):
                 outcomes.append(f"refused ({type(result).__name__})")
                 continue
@@ -688,15 +691,14 @@ def exchange_api(s: Consumer) -> str:
             outcomes.append(f"{verdict} {how} {'read-only' if got and got.readonly else ''}"
                             f" {wrote}".strip())
         if outcomes[0] != outcomes[1]:
-            raise _Fail(f"{name}: exchange API → {outcomes[0]}; __dlpack__ → {outcomes[1]}")
+            raise Fail(f"{name}: exchange API → {outcomes[0]}; __dlpack__ → {outcomes[1]}")
         seen_paths.append(f"{name}: both {outcomes[0]}")
     return "; ".join(seen_paths)
 
 
-SUITE = check.Suite("dlpack.tools.check_consumer", RULES, Consumer,
-                    partial(check.grade, registry=REGISTRY), "the consumer crashed",
-                    "importing CALLABLE", load_rule="consumer", who="consumer")
+SUITE = Suite("dlpack.tools.check_consumer", (RULES,), Consumer, "the consumer crashed",
+              "importing CALLABLE", load_rule="consumer", who="consumer")
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
-        check._worker(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), SUITE)
+        worker_main(sys.argv[2:], SUITE)

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 from html import escape
 
-from dlpack.tools.matrix import (
-    LEGEND,
-    PAIR_LEGEND,
-    PAIR_SYMBOLS,
-    STATUSES,
-    SYMBOLS,
-    _explained,
-    _not_run_lines,
-    _notes,
-    _totals,
-    _unavailable,
+from dlpack.tools.matrix_cases import LEGEND, PAIR_LEGEND, PAIR_SYMBOLS, STATUSES, SYMBOLS
+from dlpack.tools.matrix_text import (
+    explained,
+    not_run_lines,
+    reason_groups,
+    totals,
+    unavailable_lines,
 )
 
 # Okabe-Ito hues, lightened, for the verdicts and the cell statuses (which share a class where
@@ -115,7 +111,7 @@ def _cell(pair: dict, cells: list[dict]) -> str:
     """One grid cell: verdict and n/m, opening to its dtypes grouped by status and reason."""
     groups: dict[tuple[str, str], list[str]] = {}
     for c in cells:
-        groups.setdefault((c["status"], _explained(c)), []).append(c["dtype"])
+        groups.setdefault((c["status"], explained(c)), []).append(c["dtype"])
     order = {s: i for i, s in enumerate(reversed(STATUSES))}
     items = []
     for (status, why), dtypes in sorted(groups.items(), key=lambda g: order[g[0][0]]):
@@ -151,12 +147,12 @@ def _grid(result: dict) -> list[str]:
             pair = pairs.get((p, c))
             row.append(_cell(pair, by_pair[p, c]) if pair else "<td></td>")
         out.append("".join(row) + "</tr>")
-    out += ["</tbody></table></div>", f"<p>{escape(_totals(result))}</p></section>"]
+    out += ["</tbody></table></div>", f"<p>{escape(totals(result))}</p></section>"]
     return out
 
 
 def _reasons(result: dict) -> list[str]:
-    notes = _notes(result)
+    notes = reason_groups(result)
     if not notes:
         return []
     out = ['<section id="reasons"><h2>Reasons, each once, and where they hold</h2>',
@@ -169,7 +165,7 @@ def _reasons(result: dict) -> list[str]:
 
 
 def _not_run(result: dict) -> list[str]:
-    lines = _unavailable(result) + _not_run_lines(result)
+    lines = unavailable_lines(result) + not_run_lines(result)
     if not lines:
         return []
     return ['<section id="not-run"><h2>Not run, and what would run it</h2><ul>',

@@ -1,0 +1,364 @@
+"""What the checker's suites share (``check``'s producers and their Arrow rules,
+``check_consumer``'s consumers): a rule's verdict, the registry rules are declared in, grading
+one rule, and the crash-isolated runner that grades a whole suite, one child process at a time.
+
+A suite is a subject (made from the ``MODULE:CALLABLE`` given on the command line) and the
+registries of its rules, in the order they run. Each rule returns its evidence of a pass or
+raises ``Fail`` / ``NA``; ``check_isolated`` runs the rules in a child (``python -m MODULE
+--worker``) that reports each one before and after it runs, so a crash fails the rule that was
+running and the next rule resumes in a fresh child (docs/spec.md §12, §12.1).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")   # before TensorFlow is imported: no C++ logs
+
+import ctypes
+import datetime
+import faulthandler
+import importlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, NoReturn
+
+import dlpack._capsule_api as _capi
+from dlpack.tools._child import Child
+from dlpack.tools._cli import quiet_native_stderr
+
+VERSIONED, LEGACY = b"dltensor_versioned", b"dltensor"
+TIMEOUT = 300          # seconds one rule (or importing and calling the factory) may take
+CAPSULE = type(datetime.datetime_CAPI)
+Trampoline = ctypes.CFUNCTYPE(None, ctypes.c_void_p)    # a deleter the checker writes
+
+
+@dataclass
+class Result:
+    """One rule's verdict: ``pass``, ``fail`` or ``n/a``, and what was seen."""
+
+    rule: str
+    status: str
+    evidence: str
+
+
+class Fail(Exception):
+    """A rule failed; the message is the evidence."""
+
+
+class NA(Exception):
+    """The rule does not apply to this subject; the message says why."""
+
+
+def capsule_name(capsule) -> bytes | None:
+    """The capsule's name as bytes (None for an unnamed capsule)."""
+    return _capi.GetName(capsule)
+
+
+def what(obj: object) -> str:
+    """An object for a message: its type, and its value when short."""
+    text = repr(obj)
+    return f"{type(obj).__name__} {text}" if len(text) <= 40 else \
+        f"a {type(obj).__name__} object"
+
+
+# -- rules and their registries ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    """``grade(subject)`` returns the evidence of a pass, or raises Fail / NA."""
+
+    name: str
+    grade: Callable[[Any], str]
+    needs_export: bool      # n/a without grading when the subject is not ``usable``
+
+
+class Registry:
+    """One group of rules, in the order they run, each declared with ``@RULES.rule(name)``.
+
+    ``view``: what the group's rules grade, made once per subject from the suite's subject
+    (None: the subject itself); it may raise NA, which makes each of them n/a.
+    """
+
+    def __init__(self, view: Callable[[Any], Any] | None = None) -> None:
+        self._rules: dict[str, Rule] = {}
+        self._view = view
+        self._views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def rule(self, name: str, *, needs_export: bool = True
+             ) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+        """Register a rule under ``name``; it runs after those registered before it.
+
+        ``needs_export``: n/a without grading when the suite's first rule found nothing to
+        grade (a producer whose basic-export failed).
+        """
+        def register(grade: Callable[[Any], str]) -> Callable[[Any], str]:
+            if name in self._rules:
+                raise ValueError(f"rule {name!r} is registered twice")
+            self._rules[name] = Rule(name, grade, needs_export)
+            return grade
+        return register
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._rules
+
+    def __getitem__(self, name: str) -> Rule:
+        return self._rules[name]
+
+    def view_of(self, subject: Any) -> Any:
+        """What this group's rules grade of ``subject`` (its view, made on first use)."""
+        if self._view is None:
+            return subject
+        if subject not in self._views:
+            self._views[subject] = self._view(subject)
+        return self._views[subject]
+
+
+# -- suites, and grading one rule ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Suite:
+    """What ``check_isolated`` grades: a subject made from the loaded callable, and the
+    registries of its rules.
+
+    The subject has ``usable`` (the rules that need an export are n/a while it is false),
+    ``_alive`` (objects a rule keeps until it ends), and ``state()`` / ``restore(state)`` (what
+    later rules need from earlier ones, carried into the child that resumes after a crash).
+    """
+
+    module: str                  # its children run ``python -m MODULE --worker``
+    registries: tuple[Registry, ...]
+    subject: Callable[[Callable[..., object]], Any]     # built from the loaded callable
+    crashed: str                 # how a crash is reported: "the producer crashed a consumer"
+    loading: str                 # what ran when the first child died: "importing and calling…"
+    load_rule: str = "factory"   # the result's rule when the callable cannot be loaded
+    who: str = "producer"
+
+    @property
+    def rules(self) -> list[str]:
+        """Every rule's name, in the order they run (the JSON's order)."""
+        return [name for registry in self.registries for name in registry]
+
+    def registry(self, name: str) -> Registry:
+        """The registry that declares rule ``name``."""
+        for registry in self.registries:
+            if name in registry:
+                return registry
+        raise KeyError(name)
+
+    def grade(self, s: Any, name: str) -> Result:
+        """One rule's result; a rule that raises unexpectedly fails with what it raised."""
+        registry = self.registry(name)
+        r = registry[name]
+        if r.needs_export and not s.usable:
+            return Result(name, "n/a", f"not graded: {self.rules[0]} did not pass")
+        try:
+            status, evidence = "pass", r.grade(registry.view_of(s))
+        except Fail as e:
+            status, evidence = "fail", str(e)
+        except NA as e:
+            status, evidence = "n/a", str(e)
+        except Exception as e:
+            status, evidence = "fail", f"raised {type(e).__name__}: {e}"
+        finally:
+            s._alive.clear()
+        return Result(name, status, " ".join(evidence.split()))
+
+
+# -- loading the callable under test -------------------------------------------------------------
+
+def load(spec: str) -> Callable[[], object]:
+    """``MODULE:FACTORY`` → the factory."""
+    module, sep, factory = spec.partition(":")
+    if not sep or not module or not factory:
+        raise ValueError(f"{spec!r} is not MODULE:FACTORY (e.g. dlpack.tools.producers:numpy)")
+    return getattr(importlib.import_module(module), factory)
+
+
+_LOAD_ERROR = """\
+import os, sys
+from dlpack.tools._grading import load
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+try:
+    load(sys.argv[1])
+except Exception as e:
+    out.write(f"{type(e).__name__}: {e}")
+"""
+
+
+def load_error(spec: str) -> str:
+    """Why ``MODULE:CALLABLE`` cannot be loaded ("" when it can), asked in a child: a module that
+    prints as it is imported leaves the output alone, and one that crashes or exits cannot end
+    the checker (the child that grades it reports that)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _LOAD_ERROR, spec], capture_output=True,
+                              stdin=subprocess.DEVNULL, env=_child_env(), text=True,
+                              encoding="utf-8", errors="replace", timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return ""
+    return done.stdout
+
+
+# -- the crash-isolated runner -------------------------------------------------------------------
+
+def worker(spec: str, start: int, state: dict, suite: Suite) -> NoReturn:
+    """The child of ``check_isolated``: a JSON line before and after each rule, on the original
+    standard output; whatever else is printed goes to the parent's log."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    pid = os.getpid()
+
+    def send(**message) -> None:
+        if os.getpid() != pid:      # a fork of the worker (inside __dlpack__) never reports:
+            os._exit(0)             # it ends where it would have, before a second result
+        channel.write(json.dumps(message, ensure_ascii=False) + "\n")
+        channel.flush()
+
+    with quiet_native_stderr():
+        faulthandler.enable(sys.stderr)
+        send(start=suite.load_rule)
+        try:
+            s = suite.subject(load(spec))
+        except Exception as e:
+            send(result=asdict(Result(suite.load_rule, "fail", " ".join(
+                f"{type(e).__name__}: {e}".split()))))
+            os._exit(0)
+        s.restore(state)
+        for name in suite.rules[start:]:
+            send(start=name)
+            result = suite.grade(s, name)
+            send(result=asdict(result), state=s.state())
+        channel.flush()
+        os._exit(0)          # no interpreter teardown: a producer's leftovers cannot crash it
+
+
+def worker_main(argv: list[str], suite: Suite) -> NoReturn:
+    """``python -m MODULE --worker SPEC START STATE``, as ``check_isolated`` starts it."""
+    worker(argv[0], int(argv[1]), json.loads(argv[2]), suite)
+
+
+def _crash(rc: int | None, log: str) -> str:
+    """How a child ended early (signal, exit status or timeout), and where, from its log."""
+    if rc is None:
+        return f"it ran past {TIMEOUT} s and was stopped"
+    if rc < 0:
+        try:
+            said = f"signal {-rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            said = f"signal {-rc}"
+    else:
+        said = f"exit status {rc}"
+    tried = re.findall(r"^check: trying (.+)$", log, re.M)     # a rule's case, if it named it
+    said += f", trying {tried[-1]}" if tried else ""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = re.findall(r'File "([^"]+)", line (\d+) in (\S+)',
+                        log.split("Fatal Python error")[-1])
+    frames = [f for f in frames if not f[0].startswith(stdlib)] or frames
+    if frames:        # faulthandler lists the most recent call first
+        path, line, function = frames[0]
+        return f"{said}; last Python frame: {os.path.basename(path)}:{line} in {function}"
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return f"{said}; it said: {lines[-1]}" if lines and rc > 0 else said
+
+
+def _child_env() -> dict[str, str]:
+    """The parent's environment, with its module path: MODULE resolves as it does here."""
+    paths = [p or os.getcwd() for p in sys.path]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+def check_isolated(spec: str, suite: Suite) -> Iterator[Result]:
+    """Every rule of ``suite`` against ``MODULE:CALLABLE``, run in child processes, yielded as
+    decided.
+
+    A crash (or a rule running past TIMEOUT) fails the rule that was running, and the rules
+    after it resume in a new child; when the first rule is what crashed, the rules that need
+    an export are n/a. A callable that cannot be loaded or called gives one result, under
+    ``suite.load_rule``.
+    """
+    rules, load_rule = suite.rules, suite.load_rule
+    state: dict = {}
+    start = 0
+    while start < len(rules):
+        with Child(["-m", suite.module, "--worker", spec, str(start), json.dumps(state)],
+                   _child_env(), TIMEOUT) as child:
+            running: str | None = None
+            scribbled: str | None = None    # a line the producer wrote into the channel
+            for line in child.lines():
+                try:
+                    message = json.loads(line)
+                    if "start" in message:
+                        running = message["start"]
+                        continue
+                    result = Result(**message["result"])
+                    if result.rule != load_rule and (result.rule not in rules or type(
+                            message["state"]) is not dict):
+                        raise ValueError(result.rule)
+                except (ValueError, TypeError, KeyError):
+                    child.kill()
+                    scribbled = (f"the {suite.who} wrote into the checker's result channel: "
+                                 f"{line.strip()[:80]!r}")
+                    break
+                running = None
+                if result.rule == load_rule:
+                    child.finish()
+                    yield result
+                    return
+                state = message["state"]
+                start += 1
+                yield result
+                if start >= len(rules):
+                    break
+            timed_out = child.timed_out
+            rc = child.finish()         # every rule reported: the worker exits at once
+            if start >= len(rules):
+                return
+            how = _crash(None if timed_out else rc, child.log())
+        if start == 0 and running in (None, load_rule):
+            yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
+                         f"child process: {how}")
+            return
+        yield Result(rules[start], "fail", scribbled or (
+            f"{suite.crashed}: {how}" if not timed_out
+            else f"the rule did not finish: {how}"))
+        if start == 0:
+            state = {"usable": False}
+        start += 1
+
+
+# -- results as text -----------------------------------------------------------------------------
+
+def render_result(r: Result, width: int, column: int) -> str:
+    """One rule's line(s): status, rule (in a ``column`` as wide as the longest name),
+    evidence wrapped under itself, nothing cut."""
+    head = f"  {r.status:<4}  {r.rule:<{column}}  "
+    indent = len(head)
+    if width - indent < 30:                  # too narrow for a column: evidence below
+        return "\n".join([head.rstrip(), *textwrap.wrap(
+            r.evidence, max(width - 8, 20), initial_indent=" " * 8, subsequent_indent=" " * 8,
+            break_long_words=False, break_on_hyphens=False)])
+    return "\n".join(textwrap.wrap(r.evidence, width, initial_indent=head,
+                                   subsequent_indent=" " * indent, break_long_words=False,
+                                   break_on_hyphens=False) or [head.rstrip()])
+
+
+def verdict(results: list[Result]) -> str:
+    """The report's last line: how many rules failed."""
+    fails = sum(r.status == "fail" for r in results)
+    return f"  {fails} rule{'s' * (fails != 1)} failed" if fails else \
+        "  every rule passed or does not apply"
