@@ -82,8 +82,11 @@ def collected(code: str, env: dict[str, str]) -> int:
 
 
 def warm_up(setup: str, stmts: list[str]) -> str:
-    """The setup, then every row's statement WARM times: each process starts with this."""
-    return setup + "".join(f"\nfor _ in range({WARM}):\n    {s}\n" for s in stmts)
+    """The setup, then every row's statement WARM times: each process starts with this. The
+    collector is off from here: a collection of the whole heap (torch's included) falling
+    inside one row's window and not another's would outweigh the calls counted."""
+    warm = "".join(f"\nfor _ in range({WARM}):\n    {s}\n" for s in stmts)
+    return setup + warm + "\nimport gc\ngc.collect()\ngc.disable()\n"
 
 
 def per_call(start: str, stmt: str, baseline: int, env: dict[str, str]) -> float:
