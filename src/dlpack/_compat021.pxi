@@ -31,8 +31,8 @@ def _asdlpack_via(obj, str protocol, bint versioned=False):
     checks (pydlpack 0.2.1's per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's
     impl_cls asked."""
     cdef DLPackObject r
-    cdef _Step s = _step_named(protocol) if protocol in _VIA else None
-    if s is None:
+    cdef const _Step *s = _step_named(protocol) if protocol in _VIA else NULL
+    if s == NULL:
         raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
     try:            # a provider's raising property is wrapped as asdlpack wraps it (§7)
         value = s.present(_new_walk(obj), protocol)

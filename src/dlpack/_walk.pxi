@@ -24,6 +24,7 @@ cdef object _typestr_stated(object value):
 
 @cython.final
 @cython.freelist(8)
+@cython.no_gc                   # no cycle runs through it: only the walk's C frame holds it
 cdef class _Walk:
     """What one walk over obj's protocols has learnt: the refusals in the order they came,
     what each refusing protocol said the elements are, whether a later protocol's reading
@@ -159,26 +160,36 @@ ctypedef object (*_Present)(_Walk, str)
 ctypedef DLPackObject (*_Read)(object, object)
 
 
-@cython.final
-cdef class _Step:
-    """One row of the walk: the protocol, the test that obj speaks it, its reader."""
-    cdef str name           # the protocol, as refusals name it
-    cdef _Present present   # given the walk and name: what read reads, or _MISSING
-    cdef _Read read         # given obj and what present found
-    cdef str replaces       # a protocol whose refusal this one's replaces (_Walk.refuse)
+cdef struct _Step:              # one row: the protocol, the test that obj speaks it, its reader
+    PyObject *name          # the protocol, as refusals name it (held by _STEP_NAMES)
+    _Present present        # given the walk and name: what read reads, or _MISSING
+    _Read read              # given obj and what present found
+    PyObject *replaces      # NULL, or a protocol whose refusal this one's replaces
     # final: obj is the DLPack struct itself (a capsule, a ctypes pointer): read's answer or
     # error is the walk's, whatever came before, and a present-test's error goes on as it is
-    cdef bint final
+    bint final
 
 
-cdef _Step _step(str name, _Present present, _Read read, str replaces, bint final):
-    cdef _Step s = _Step.__new__(_Step)
-    s.name = name
-    s.present = present
-    s.read = read
-    s.replaces = replaces
-    s.final = final
-    return s
+cdef enum:
+    STEPS_MAX = 16
+cdef _Step _STEPS[STEPS_MAX]    # the table, a C array: the loop takes no references
+cdef int _n_steps = 0
+cdef list _STEP_NAMES = []      # the names the table points to, alive with the module
+
+
+cdef int _step(str name, _Present present, _Read read, str replaces, bint final) except -1:
+    """Add the next row of the table."""
+    global _n_steps
+    if _n_steps == STEPS_MAX:
+        raise SystemError("asdlpack's walk: more steps than STEPS_MAX")
+    _STEP_NAMES.append((name, replaces))
+    _STEPS[_n_steps].name = <PyObject *>name
+    _STEPS[_n_steps].present = present
+    _STEPS[_n_steps].read = read
+    _STEPS[_n_steps].replaces = NULL if replaces is None else <PyObject *>replaces
+    _STEPS[_n_steps].final = final
+    _n_steps += 1
+    return 0
 
 
 cdef object _is_capsule(_Walk w, str name):
@@ -274,19 +285,17 @@ cdef DLPackObject _read_pointer(object obj, object value):
 
 
 # docs/spec.md §3's order, as the walk asks it (DLPackObject itself is asdlpack's own test).
-cdef tuple _STEPS = (
-    #     protocol                     present-test   reader              replaces      final
-    _step("DLPack capsule",            _is_capsule,   _read_capsule,      None,         True),
-    _step("Arrow PyCapsule interface", _arrow_first,  _read_arrow,        "__dlpack__", False),
-    _step("__dlpack_c_exchange_api__", _exchange_api, _from_exchange_api, None,         False),
-    _step("__dlpack__",                _has_dlpack,   _read_dlpack,       None,         False),
-    _step("__cuda_array_interface__",  _attribute,    _read_cuda_ai,      None,         False),
-    _step("__array_interface__",       _attribute,    _read_ai,           None,         False),
-    _step("__array_struct__",          _attribute,    _from_array_struct, None,         False),
-    _step("Arrow PyCapsule interface", _arrow_after,  _read_arrow,        "__dlpack__", False),
-    _step("buffer protocol",           _has_buffer,   _read_buffer_step,  None,         False),
-    _step("ctypes pointer",            _is_pointer,   _read_pointer,      None,         True),
-)
+#     protocol                     present-test   reader              replaces      final
+_step("DLPack capsule",            _is_capsule,   _read_capsule,      None,         True)
+_step("Arrow PyCapsule interface", _arrow_first,  _read_arrow,        "__dlpack__", False)
+_step("__dlpack_c_exchange_api__", _exchange_api, _from_exchange_api, None,         False)
+_step("__dlpack__",                _has_dlpack,   _read_dlpack,       None,         False)
+_step("__cuda_array_interface__",  _attribute,    _read_cuda_ai,      None,         False)
+_step("__array_interface__",       _attribute,    _read_ai,           None,         False)
+_step("__array_struct__",          _attribute,    _from_array_struct, None,         False)
+_step("Arrow PyCapsule interface", _arrow_after,  _read_arrow,        "__dlpack__", False)
+_step("buffer protocol",           _has_buffer,   _read_buffer_step,  None,         False)
+_step("ctypes pointer",            _is_pointer,   _read_pointer,      None,         True)
 
 
 cdef DLPackObject _walk_protocols(object obj):
@@ -301,32 +310,33 @@ cdef DLPackObject _walk_protocols(object obj):
     of the elements (value is never an interface's dict then).
     """
     cdef _Walk w = _new_walk(obj)
-    cdef _Step s = None
-    cdef Py_ssize_t i = 0, n = len(_STEPS)
+    cdef const _Step *s = NULL
+    cdef int i = 0
     _meet_ndarray(w.t, obj)
     value = _MISSING
-    while i < n:
+    while i < _n_steps:
         try:
-            while i < n:
-                s = <_Step>_STEPS[i]
+            while i < _n_steps:
+                s = &_STEPS[i]
                 i += 1
-                value = s.present(w, s.name)
+                value = s.present(w, <str>s.name)
                 if value is _MISSING:
                     continue
                 if s.final:
                     return s.read(obj, value)
-                return w.accept(s.read(obj, value), s.name)
+                return w.accept(s.read(obj, value), <str>s.name)
         except Exception as e:
             if s.final:
                 raise
-            w.refuse(s.name, e, value, s.replaces)
+            w.refuse(<str>s.name, e, value, None if s.replaces == NULL else <str>s.replaces)
         value = None        # an __array_struct__ capsule's destructor runs now, no refusal set
     w.fail()
 
 
-cdef _Step _step_named(str protocol):
-    """The walk's step for protocol (its first, for Arrow), or None."""
-    for s in _STEPS:
-        if (<_Step>s).name == protocol:
-            return s
-    return None
+cdef const _Step *_step_named(str protocol):
+    """The walk's step for protocol (its first, for Arrow), or NULL."""
+    cdef int i
+    for i in range(_n_steps):
+        if <str>_STEPS[i].name == protocol:
+            return &_STEPS[i]
+    return NULL
