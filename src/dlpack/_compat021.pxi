@@ -34,8 +34,9 @@ def _asdlpack_via(obj, str protocol, bint versioned=False):
     cdef const _Step *s = _step_named(protocol) if protocol in _VIA else NULL
     if s == NULL:
         raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
+    cdef int arrow = -1
     try:            # a provider's raising property is wrapped as asdlpack wraps it (§7)
-        value = s.present(_new_walk(obj), protocol)
+        value = s.present(obj, type(obj), &arrow, protocol)
     except MemoryError:
         raise
     except Exception as e:

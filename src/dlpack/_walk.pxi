@@ -1,7 +1,8 @@
 # asdlpack's protocol walk (docs/spec.md §3): one table, _STEPS, of the protocols in §3's order,
 # each with the test that obj speaks it and its reader, and one loop, _walk_protocols, that asks
-# them in turn. A _Walk keeps what one walk learns: each refusal, what the refusing protocol said
-# the elements are (a later protocol must agree with it), and the error when none answers.
+# them in turn. A _Refusals, made at a walk's first refusal, keeps each refusal and what the
+# refusing protocol said the elements are (a later protocol must agree with it), and words the
+# error when none answers.
 
 cdef object _MISSING = object()     # a present-test's answer: obj does not speak the protocol
 cdef object _ctypes_pointer = _ctypes._Pointer
@@ -23,17 +24,15 @@ cdef object _typestr_stated(object value):
 
 
 @cython.final
-@cython.freelist(8)
 @cython.no_gc                   # no cycle runs through it: only the walk's C frame holds it
-cdef class _Walk:
-    """What one walk over obj's protocols has learnt: the refusals in the order they came,
-    what each refusing protocol said the elements are, whether a later protocol's reading
-    agrees with that (accept), and the error when every protocol refused (fail)."""
+cdef class _Refusals:
+    """What a walk over obj's protocols learnt from those that refused: each refusal in the
+    order they came and what the refusing protocol said the elements are; whether a later
+    protocol's reading agrees with that (accept), and the error when every one refused
+    (fail)."""
     cdef object obj
-    cdef type t
-    cdef list refusals      # (protocol, exception); None until the first
+    cdef list refusals      # (protocol, exception), in order
     cdef list stated        # (refused protocol, its typestr or None); None until the first
-    cdef int arrow          # the Arrow methods t has (HAS_*), -1 until looked up, 0 once asked
 
     cdef int refuse(self, str protocol, BaseException e, object value,
                     str replaces) except -1:
@@ -43,9 +42,7 @@ cdef class _Walk:
         less to say). A MemoryError is no refusal: it goes on."""
         if isinstance(e, MemoryError):
             raise e
-        if self.refusals is None:
-            self.refusals = []
-        elif replaces is not None:
+        if replaces is not None:
             replaced = [x for name, x in self.refusals if name == replaces]
             if replaced and e.__cause__ is None:
                 e.__cause__ = replaced[0]
@@ -59,8 +56,6 @@ cdef class _Walk:
     cdef int not_used(self, str protocol, BaseException why) except -1:
         """Record why a protocol obj speaks was not asked: listed with the refusals, it said
         nothing of the elements."""
-        if self.refusals is None:
-            self.refusals = []
         self.refusals.append((protocol, why))
         return 0
 
@@ -105,21 +100,30 @@ cdef class _Walk:
         return r
 
     cdef int fail(self) except -1:
-        """Raise the walk's error: obj speaks no protocol (TypeError, with the way in §3 names
-        for its kind), one protocol's refusal, or every refusal in one."""
-        cdef type t = self.t
-        if self.refusals is None:
-            raise TypeError(
-                f"asdlpack: {t.__module__}.{t.__qualname__} object speaks no "
-                "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
-                "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the "
-                "buffer protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)"
-                + _way_in(self.obj))
+        """Raise the walk's error: one protocol's refusal, or every refusal in one."""
         if len(self.refusals) == 1:
             raise _as_refusal(self.refusals[0][0], self.refusals[0][1])
         lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in self.refusals])
-        raise Refusal(f"asdlpack: every protocol that {t.__qualname__} speaks "
+        raise Refusal(f"asdlpack: every protocol that {type(self.obj).__qualname__} speaks "
                       f"refused:\n{lines}") from self.refusals[-1][1]
+
+
+cdef _Refusals _refusals(object obj):
+    """The record of a walk over obj, at its first refusal."""
+    cdef _Refusals r = _Refusals.__new__(_Refusals)
+    r.obj = obj
+    r.refusals = []
+    return r
+
+
+cdef int _speaks_none(object obj) except -1:
+    """The walk's error for an object that speaks no protocol: a TypeError naming its type and,
+    for its kind, the way in §3 names."""
+    raise TypeError(
+        f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
+        "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
+        "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
+        "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)" + _way_in(obj))
 
 
 cdef str _way_in(object obj):
@@ -145,24 +149,16 @@ cdef str _way_in(object obj):
     return ""
 
 
-cdef inline _Walk _new_walk(object obj):
-    cdef _Walk w = _Walk.__new__(_Walk)
-    w.obj = obj
-    w.t = type(obj)
-    w.arrow = -1
-    return w
+# -- the steps: a present-test gives what the reader reads, or _MISSING (one that raises is the
+# protocol's refusal, as the reader's is); a reader gives the object or raises ------------------
 
-
-# -- the steps: a present-test gives what the reader reads, or _MISSING; one that raises is
-# -- the protocol's refusal, as the reader's is ------------------------------------------------
-
-ctypedef object (*_Present)(_Walk, str)
+ctypedef object (*_Present)(object obj, type t, int *arrow, str name)
 ctypedef DLPackObject (*_Read)(object, object)
 
 
 cdef struct _Step:              # one row: the protocol, the test that obj speaks it, its reader
     PyObject *name          # the protocol, as refusals name it (held by _STEP_NAMES)
-    _Present present        # given the walk and name: what read reads, or _MISSING
+    _Present present        # what read reads, or _MISSING (or _NotUsed)
     _Read read              # given obj and what present found
     PyObject *replaces      # NULL, or a protocol whose refusal this one's replaces
     # final: obj is the DLPack struct itself (a capsule, a ctypes pointer): read's answer or
@@ -192,8 +188,8 @@ cdef int _step(str name, _Present present, _Read read, str replaces, bint final)
     return 0
 
 
-cdef object _is_capsule(_Walk w, str name):
-    return True if PyCapsule_CheckExact(w.obj) else _MISSING
+cdef object _is_capsule(object obj, type t, int *arrow, str name):
+    return True if PyCapsule_CheckExact(obj) else _MISSING
 
 
 cdef DLPackObject _read_capsule(object obj, object value):
@@ -209,54 +205,64 @@ cdef bint _tensor_type(type t) noexcept:
             or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
 
 
-cdef object _arrow_first(_Walk w, str name):
+cdef object _arrow_first(object obj, type t, int *arrow, str name):
     """A type with Arrow methods and no tensor protocol is read through Arrow before any
-    instance lookup of the tensor protocols (§13.1; _type_has): the methods, or _MISSING."""
-    if _tensor_type(w.t):
+    instance lookup of the tensor protocols (§13.1; _type_has): the methods, or _MISSING.
+    *arrow: the Arrow methods t has (HAS_*), -1 until looked up, 0 once asked."""
+    if _tensor_type(t):
         return _MISSING
-    w.arrow = _arrow_type(w.t)
-    if not w.arrow:
+    arrow[0] = _arrow_type(t)
+    if not arrow[0]:
         return _MISSING
-    methods = w.arrow
-    w.arrow = 0                                 # asked here: not again after __array_struct__
+    methods = arrow[0]
+    arrow[0] = 0                                # asked here: not again after __array_struct__
     return methods
 
 
-cdef object _arrow_after(_Walk w, str name):
+cdef object _arrow_after(object obj, type t, int *arrow, str name):
     """The Arrow methods of a type the walk has not read through Arrow yet, or _MISSING."""
-    if w.arrow < 0:
-        w.arrow = _arrow_type(w.t)
-    return w.arrow if w.arrow else _MISSING
+    if arrow[0] < 0:
+        arrow[0] = _arrow_type(t)
+    return arrow[0] if arrow[0] else _MISSING
 
 
 cdef DLPackObject _read_arrow(object obj, object methods):
     return _from_arrow(obj, <int>methods)
 
 
-cdef object _exchange_api(_Walk w, str name):
+@cython.final
+cdef class _NotUsed:
+    """A present-test's answer: obj speaks the protocol, which cannot be used (why says why);
+    listed with the refusals, it says nothing of the elements."""
+    cdef object why
+
+
+cdef object _exchange_api(object obj, type t, int *arrow, str name):
     """The type's usable __dlpack_c_exchange_api__ capsule, or _MISSING; torch's is asked
-    through __dlpack__ (_from_torch). One that is not usable is listed with the refusals."""
-    cap = _api_capsule(w.t)
-    if cap is None or _is_torch_tensor(w.obj):
+    through __dlpack__ (_from_torch). One that is not usable is _NotUsed."""
+    cdef _NotUsed unusable
+    cap = _api_capsule(t)
+    if cap is None or _is_torch_tensor(obj):
         return _MISSING
     if _usable_api(cap) == NULL:
-        w.not_used(name, Refusal(f"__dlpack_c_exchange_api__: not used: {_unusable(cap)}"))
-        return _MISSING
+        unusable = _NotUsed.__new__(_NotUsed)
+        unusable.why = Refusal(f"__dlpack_c_exchange_api__: not used: {_unusable(cap)}")
+        return unusable
     return cap
 
 
-cdef object _has_dlpack(_Walk w, str name):
-    return True if getattr(w.obj, "__dlpack__", None) is not None else _MISSING
+cdef object _has_dlpack(object obj, type t, int *arrow, str name):
+    return True if getattr(obj, "__dlpack__", None) is not None else _MISSING
 
 
 cdef DLPackObject _read_dlpack(object obj, object value):
     return _from_dlpack_method(obj)
 
 
-cdef object _attribute(_Walk w, str name):
+cdef object _attribute(object obj, type t, int *arrow, str name):
     """obj's attribute `name` (an interface's dict or capsule); a miss raises nothing, and None
     is "not supported", as for __hash__."""
-    value = getattr(w.obj, name, _MISSING)
+    value = getattr(obj, name, _MISSING)
     return _MISSING if value is None else value
 
 
@@ -268,16 +274,16 @@ cdef DLPackObject _read_ai(object obj, object value):
     return _from_interface_dict(obj, value, "__array_interface__", False)
 
 
-cdef object _has_buffer(_Walk w, str name):
-    return True if PyObject_CheckBuffer(w.obj) else _MISSING
+cdef object _has_buffer(object obj, type t, int *arrow, str name):
+    return True if PyObject_CheckBuffer(obj) else _MISSING
 
 
 cdef DLPackObject _read_buffer_step(object obj, object value):
     return _from_buffer(obj)
 
 
-cdef object _is_pointer(_Walk w, str name):
-    return True if isinstance(w.obj, _ctypes_pointer) else _MISSING
+cdef object _is_pointer(object obj, type t, int *arrow, str name):
+    return True if isinstance(obj, _ctypes_pointer) else _MISSING
 
 
 cdef DLPackObject _read_pointer(object obj, object value):
@@ -300,37 +306,50 @@ _step("ctypes pointer",            _is_pointer,   _read_pointer,      None,     
 
 cdef DLPackObject _walk_protocols(object obj):
     """obj read by the first step of _STEPS it speaks whose reading agrees with what the
-    protocols before it said (_Walk.accept); a step whose test or reader raises, or whose
+    protocols before it said (_Refusals.accept); a step whose test or reader raises, or whose
     reading disagrees, is refused and hands over to the next. The walk's error when none
     reads it.
 
     One try block holds the steps until one raises (entering it is what costs, not the
     steps): the handler records the refusal and the walk re-enters at the next step. A test
-    that raises follows one that answered _MISSING or a refusal, so its refusal says nothing
-    of the elements (value is never an interface's dict then).
+    that raises follows one that answered _MISSING or was refused, so its refusal says nothing
+    of the elements (value is never an interface's dict then). Nothing is allocated for the
+    record until a protocol refuses.
     """
-    cdef _Walk w = _new_walk(obj)
+    cdef type t = type(obj)
+    cdef _Refusals refused = None
     cdef const _Step *s = NULL
-    cdef int i = 0
-    _meet_ndarray(w.t, obj)
+    cdef int i = 0, arrow = -1
+    _meet_ndarray(t, obj)
     value = _MISSING
     while i < _n_steps:
         try:
             while i < _n_steps:
                 s = &_STEPS[i]
                 i += 1
-                value = s.present(w, <str>s.name)
+                value = s.present(obj, t, &arrow, <str>s.name)
                 if value is _MISSING:
+                    continue
+                if type(value) is _NotUsed:
+                    if refused is None:
+                        refused = _refusals(obj)
+                    refused.not_used(<str>s.name, (<_NotUsed>value).why)
                     continue
                 if s.final:
                     return s.read(obj, value)
-                return w.accept(s.read(obj, value), <str>s.name)
+                if refused is None:
+                    return s.read(obj, value)
+                return refused.accept(s.read(obj, value), <str>s.name)
         except Exception as e:
             if s.final:
                 raise
-            w.refuse(<str>s.name, e, value, None if s.replaces == NULL else <str>s.replaces)
+            if refused is None:
+                refused = _refusals(obj)
+            refused.refuse(<str>s.name, e, value, None if s.replaces == NULL else <str>s.replaces)
         value = None        # an __array_struct__ capsule's destructor runs now, no refusal set
-    w.fail()
+    if refused is None:
+        _speaks_none(obj)
+    refused.fail()
 
 
 cdef const _Step *_step_named(str protocol):
