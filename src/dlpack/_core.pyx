@@ -1,8 +1,8 @@
 # The core type DLPackObject and asdlpack(): every protocol in (_in/), every protocol out (_out/).
 # The files it is made of, in dependency order (declarations, then the shared arithmetic, then
 # ownership and the driver, then readers and writers, which use them, then asdlpack's walk over
-# the readers); a new reader or writer adds its line to its group, and declares what it cimports
-# in _decl.pxi.
+# the readers); a new reader or writer adds its line to its group (a reader also its row to the
+# walk's table), and declares what it cimports in _decl.pxi.
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
