@@ -335,9 +335,7 @@ cdef DLPackObject _walk_protocols(object obj):
                         refused = _refusals(obj)
                     refused.not_used(<str>s.name, (<_NotUsed>value).why)
                     continue
-                if s.final:
-                    return s.read(obj, value)
-                if refused is None:
+                if s.final or refused is None:     # final, or nothing to agree with
                     return s.read(obj, value)
                 return refused.accept(s.read(obj, value), <str>s.name)
         except Exception as e:
