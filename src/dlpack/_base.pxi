@@ -290,6 +290,15 @@ cdef tuple _ai_sequence(str protocol, str field, object value):
     raise Refusal(f"{protocol}: field '{field}' = {value!r} is not a tuple of ints")
 
 
+cdef BaseException _as_refusal(str protocol, BaseException e):
+    """A protocol's refusal as a Refusal naming the protocol (ours already are one)."""
+    if isinstance(e, Refusal):
+        return e
+    r = Refusal(f"{protocol}: {type(e).__name__}: {e}")
+    r.__cause__ = e
+    return r
+
+
 cdef object _ml_module = None   # the ml_dtypes module _ml_types was built from
 cdef dict _ml_types = {}        # id(ml_dtypes scalar type) -> (that type, its name)
 

@@ -1,7 +1,8 @@
 # The core type DLPackObject and asdlpack(): every protocol in (_in/), every protocol out (_out/).
 # The files it is made of, in dependency order (declarations, then the shared arithmetic, then
-# ownership and the driver, then readers and writers, which use them); a new reader or writer
-# adds its line to its group, and declares what it cimports in _decl.pxi.
+# ownership and the driver, then readers and writers, which use them, then asdlpack's walk over
+# the readers); a new reader or writer adds its line to its group (a reader also its row to the
+# walk's table), and declares what it cimports in _decl.pxi.
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
@@ -12,6 +13,8 @@ include "_in/buffer.pxi"         # readers, one per protocol
 include "_in/ndarray.pxi"
 include "_in/array_interface.pxi"
 include "_in/array_struct.pxi"
+include "_in/exchange_api.pxi"
+include "_in/torch.pxi"
 include "_in/dlpack.pxi"
 include "_in/address.pxi"
 include "_in/arrow.pxi"
@@ -21,6 +24,8 @@ include "_out/array_interface.pxi"
 include "_out/exchange_api.pxi"
 include "_out/pickle.pxi"
 include "_out/arrow.pxi"
+include "_walk.pxi"              # asdlpack's protocol walk: the table of spec §3's steps
+include "_compat021.pxi"         # pydlpack 0.2.1's API (impl_cls, per-protocol functions)
 
 
 cdef str _UNMADE = "DLPackObject cannot be created directly; use dlpack.asdlpack(obj)"
@@ -467,209 +472,6 @@ cdef inline void _set_policy(DLPackObject r, bint legacy_readonly,
         r._flags &= ~(<uint64_t>FLAG_READ_ONLY)
 
 
-cdef object _ctypes_pointer = _ctypes._Pointer
-cdef tuple _INTERFACES = (
-    ("__cuda_array_interface__", _read_cuda_array_interface),
-    ("__array_interface__", _read_array_interface),
-    ("__array_struct__", _read_array_struct),
-)
-
-
-cdef type _ndarray = None      # numpy.ndarray, once one has been seen
-
-
-cdef bint _is_numpy_ndarray(type t):
-    """numpy.ndarray itself, by identity (a look-alike class is not read as NumPy's struct)."""
-    np = sys.modules.get("numpy")
-    return np is not None and t is getattr(np, "ndarray", None) and not (
-        t.__flags__ & Py_TPFLAGS_HEAPTYPE)
-
-
-cdef BaseException _as_refusal(str protocol, BaseException e):
-    """A protocol's refusal as a Refusal naming the protocol (ours already are one)."""
-    if isinstance(e, Refusal):
-        return e
-    r = Refusal(f"{protocol}: {type(e).__name__}: {e}")
-    r.__cause__ = e
-    return r
-
-
-cdef object _MISSING = object()
-
-
-cdef object _claim(object value):
-    """What a refused interface said its elements are: its dict's typestr, else None.
-
-    The dict's own storage is read (a subclass's get() does not run). None means the protocol
-    refused without naming a type we can read (a __dlpack__ that raised, an attribute that
-    raised, a non-dict mapping, an __array_struct__ capsule).
-    """
-    cdef PyObject *typestr
-    if isinstance(value, dict):
-        typestr = PyDict_GetItem(value, "typestr")
-        if typestr != NULL and type(<object>typestr) is str:
-            return <object>typestr
-    return None
-
-
-cdef list _note(list claims, str protocol, object claim):
-    """claims with (protocol, claim) appended; made on the first refusal, not on every call."""
-    if claims is None:
-        claims = []
-    claims.append((protocol, claim))
-    return claims
-
-
-cdef list _refused(list refusals, list claims, str protocol, BaseException e, object claim):
-    """Record protocol's refusal e in refusals and what it said the elements are in claims
-    (for _agreed), and return claims. A MemoryError is no refusal: it goes on."""
-    if isinstance(e, MemoryError):
-        raise e
-    refusals.append((protocol, e))
-    return _note(claims, protocol, claim)
-
-
-cdef DLPackObject _agreed(DLPackObject r, str protocol, list claims, object obj):
-    """r, when no fallback describes the elements a refused protocol typed as other
-    elements (§3); none refused: r at once.
-
-    A refused protocol that named a type T (its typestr) admits only a later protocol whose
-    dtype is T; one that named none admits any typed protocol, but not the buffer protocol's
-    untyped bytes (format 'B', 'c' or none): they would turn e.g. one datetime64 into eight
-    uint8. An untyped buffer is what memoryview(obj) gives: the way out for the raw bytes.
-    """
-    cdef bytes fmt
-    if claims is None:
-        return r
-    for refused, claim in claims:
-        if claim is None:
-            if not r._has_view or protocol != "buffer protocol":
-                continue
-            fmt = b"B" if r._view.format == NULL else <bytes>r._view.format
-            if fmt.lstrip(b"@=<>!") not in (b"B", b"c"):
-                continue
-            raise Refusal(
-                f"buffer protocol: format {fmt.decode('latin-1')!r} would give the elements "
-                f"as untyped bytes, but {refused} refused this {type(obj).__qualname__} as "
-                "typed elements; no fallback may change the elements. Convert it to a type "
-                "DLPack carries, or take the raw bytes explicitly: asdlpack(memoryview(obj))")
-        try:
-            code, bits, _ = _typestr(refused, obj, claim, None)
-        except BufferError:
-            code = bits = -1                   # a type DLPack cannot carry: nothing agrees
-        if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
-            raise Refusal(
-                f"{protocol}: would give the elements as {r.dtype.name}, but {refused} typed "
-                f"them as 'typestr' = {_types._shown(claim)} and refused; no fallback may "
-                "change the elements. Convert the data to a type DLPack carries first"
-                + (", or take the raw bytes explicitly: asdlpack(memoryview(obj))"
-                   if protocol == "buffer protocol" else ""))
-    return r
-
-
-cdef DLPackObject _dispatch(object obj):
-    """Try each protocol in the order of docs/spec.md §3; fall through when one refuses.
-
-    A protocol accepted after others refused must agree with what they said (_agreed).
-    """
-    global _ndarray
-    cdef list refusals = []
-    cdef list claims = None             # (refused protocol, typestr or None), for _agreed
-    cdef DLPackObject r
-    cdef type t = type(obj)
-    if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
-        _check_ndarray_layout(obj)
-        _ndarray = t
-    if PyCapsule_CheckExact(obj):
-        return _from_capsule(obj, obj)
-    cdef int arrow = -1                   # the Arrow methods the type has, once looked up
-    if not _tensor_type(t):
-        arrow = _arrow_type(t)
-        if arrow:
-            r = _arrow_step(obj, arrow, refusals)   # Arrow first: no instance lookups of the
-            arrow = 0                               # tensor protocols (see _type_has)
-            if r is not None:
-                return r
-            claims = _note(claims, "Arrow PyCapsule interface", None)
-    # Each step: a reader's object, if it agrees with what refused protocols said, ends the
-    # search; its refusal (or a failed lookup) is recorded and the next protocol is asked.
-    cap = _api_capsule(t)
-    if cap is not None and not _is_torch_tensor(obj):   # torch's: in _from_dlpack_method
-        try:
-            r = _from_exchange_api(obj, cap, refusals)  # None: refused, reason recorded
-            if r is not None:
-                return _agreed(r, "__dlpack_c_exchange_api__", claims, obj)
-        except Exception as e:
-            claims = _refused(refusals, claims, "__dlpack_c_exchange_api__", e, None)
-    try:
-        if getattr(obj, "__dlpack__", None) is not None:
-            return _agreed(_from_dlpack_method(obj), "__dlpack__", claims, obj)
-    except Exception as e:
-        claims = _refused(refusals, claims, "__dlpack__", e, None)
-    for name, reader in _INTERFACES:
-        try:
-            value = getattr(obj, name, _MISSING)    # a miss raises nothing: no exception made
-        except Exception as e:
-            claims = _refused(refusals, claims, name, e, None)
-            continue
-        if value is _MISSING or value is None:     # None: "not supported", as for __hash__
-            continue
-        try:
-            return _agreed(reader(obj, value), name, claims, obj)
-        except Exception as e:
-            claims = _refused(refusals, claims, name, e, _claim(value))
-    value = None        # an __array_struct__ capsule's destructor runs now, no refusal set
-    if arrow < 0:
-        arrow = _arrow_type(t)
-    if arrow:
-        r = _arrow_step(obj, arrow, refusals)
-        if r is not None:
-            return _agreed(r, "Arrow PyCapsule interface", claims, obj)
-        claims = _note(claims, "Arrow PyCapsule interface", None)
-    if PyObject_CheckBuffer(obj):
-        try:
-            return _agreed(_from_buffer(obj), "buffer protocol", claims, obj)
-        except Exception as e:
-            claims = _refused(refusals, claims, "buffer protocol", e, None)
-    if isinstance(obj, _ctypes_pointer):
-        return _from_ctypes_pointer(obj)
-    if not refusals:
-        raise TypeError(
-            f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
-            "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
-            "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
-            "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)"
-            + _way_in(obj))
-    if len(refusals) == 1:
-        raise _as_refusal(refusals[0][0], refusals[0][1])
-    lines = "\n".join([f"  {name}: {type(e).__name__}: {e}" for name, e in refusals])
-    raise Refusal(f"asdlpack: every protocol that {type(obj).__qualname__} speaks "
-                  f"refused:\n{lines}") from refusals[-1][1]
-
-
-cdef str _way_in(object obj):
-    """For an object that speaks no protocol: the step that makes an array of its kind
-    (spec §3), or "" when there is none to name."""
-    cdef type t = type(obj)
-    top = (t.__module__ or "").partition(".")[0]
-    if top == "tensorflow" and "Variable" in t.__name__:
-        return "; a tf.Variable: pass tf.convert_to_tensor(v), or v.read_value()"
-    if top == "pandas":
-        return ("; a pandas object without Arrow memory: pass x.to_numpy(), or an "
-                "Arrow-backed one (dtype='float32[pyarrow]')")
-    if isinstance(obj, str):
-        return "; a str is text, not an array: pass s.encode() for its bytes"
-    if isinstance(obj, (bool, int, float, complex)):
-        return ("; a Python number is not an array: pass numpy.asarray(x) (0-d), or "
-                "array.array('d', [x]) without NumPy")
-    if isinstance(obj, (list, tuple, range)):
-        return ("; a Python sequence holds objects, not an array: pass numpy.asarray(x), or "
-                "array.array('d', x) without NumPy (both copy)")
-    if getattr(obj, "__array__", None) is not None:
-        return "; it converts itself to NumPy (__array__): pass numpy.asarray(x)"
-    return ""
-
-
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
              bint legacy_writable=False, cuda_pickle=_PICKLE_MODES[0]):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
@@ -690,10 +492,8 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     cdef type t = type(obj)
     cdef int mode = PICKLE_IPC if cuda_pickle is _PICKLE_MODES[0] else _pickle_mode(cuda_pickle)
     if impl_cls is not None:
-        from dlpack import _legacy
-        return _plain_kind(asdlpack(obj, allow_legacy_readonly=allow_legacy_readonly,
-                                    legacy_writable=legacy_writable, cuda_pickle=cuda_pickle),
-                           _legacy.impl_cls_versioned(impl_cls, "asdlpack(obj, impl_cls=...)"))
+        return _asdlpack_impl_cls(obj, impl_cls, allow_legacy_readonly, legacy_writable,
+                                  cuda_pickle)
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
@@ -708,71 +508,19 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     elif t is bytearray or t is memoryview:
         r = _from_buffer(obj)
     elif t is _torch_tensor:
-        # torch's C exchange API, after the checks its __dlpack__ makes; anything it leaves
-        # (or refuses) takes the full protocol order, for the same result and message.
-        try:
-            r = _from_torch(obj)
-        except Exception:
-            r = None
+        r = _torch_fast_path(obj)
         if r is None:
-            r = _dispatch(obj)
+            r = _walk_protocols(obj)
     elif t is _ndarray:
         # Same memory, owner and flags as its __dlpack__ at a fraction of the cost; anything
         # unusual (unaligned, structured, ml_dtypes…) takes the full protocol order.
         r = _from_ndarray(obj) if _ndarray_layout == 1 else None
         if r is None:
-            r = _dispatch(obj)
+            r = _walk_protocols(obj)
     else:
-        r = _dispatch(obj)
+        r = _walk_protocols(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
     r._pickle_mode = mode
-    return r
-
-
-cdef DLPackObject _plain_kind(DLPackObject r, bint versioned):
-    """r, or a second view of its memory, whose plain __dlpack__() gives the capsule kind asked."""
-    if r._plain_versioned != versioned:
-        r = _share(r, r._legacy_readonly, False)
-        r._plain_versioned = versioned
-    return r
-
-
-def _asdlpack_via(obj, str protocol, bint versioned=False):
-    """asdlpack through ``protocol`` alone, with the same reader and checks (pydlpack 0.2.1's
-    per-protocol functions, dlpack._legacy); ``versioned`` as 0.2.1's impl_cls asked."""
-    cdef DLPackObject r
-    value = _MISSING
-    if protocol not in ("__dlpack__", "buffer protocol", "__array_interface__",
-                        "__cuda_array_interface__"):
-        raise ValueError(f"_asdlpack_via: unknown protocol {protocol!r}")
-    try:            # a provider's raising property is wrapped as asdlpack wraps it (§7)
-        if protocol == "__dlpack__":
-            present = getattr(obj, "__dlpack__", None) is not None
-        elif protocol == "buffer protocol":
-            present = PyObject_CheckBuffer(obj)
-        else:
-            value = getattr(obj, protocol, _MISSING)
-            present = value is not _MISSING and value is not None
-    except MemoryError:
-        raise
-    except Exception as e:
-        raise _as_refusal(protocol, e)
-    if not present:
-        raise TypeError(f"{protocol}: {type(obj).__module__}.{type(obj).__qualname__} object "
-                        f"does not speak it; dlpack.asdlpack(obj) tries every protocol")
-    try:
-        if protocol == "__dlpack__":
-            r = _from_dlpack_method(obj)
-        elif protocol == "buffer protocol":
-            r = _from_buffer(obj)
-        else:
-            r = _from_interface_dict(obj, value, protocol,
-                                     protocol == "__cuda_array_interface__")
-    except MemoryError:
-        raise
-    except Exception as e:
-        raise _as_refusal(protocol, e)
-    r._plain_versioned = versioned
     return r
 
 

@@ -423,37 +423,11 @@ cdef enum:
     HAS_STREAM = 4
 
 
-cdef bint _tensor_type(type t) noexcept:
-    """Whether t defines a tensor protocol (DLPack, its C exchange API or an array interface):
-    those come before Arrow, which describes columns (a Pillow image means its (H, W, C)
-    array, not its pixels)."""
-    return (_type_has(t, "__dlpack__") or _type_has(t, "__dlpack_c_exchange_api__")
-            or _type_has(t, "__array_interface__")
-            or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
-
-
 cdef int _arrow_type(type t) noexcept:
     """Which methods of the Arrow PyCapsule interface that asdlpack reads t has (HAS_*)."""
     return ((HAS_DEVICE_ARRAY if _type_has(t, "__arrow_c_device_array__") else 0)
             | (HAS_ARRAY if _type_has(t, "__arrow_c_array__") else 0)
             | (HAS_STREAM if _type_has(t, "__arrow_c_stream__") else 0))
-
-
-cdef DLPackObject _arrow_step(object obj, int methods, list refusals):
-    """asdlpack's Arrow step: the tensor, or None with the refusal in refusals. The Arrow
-    reader's refusal replaces __dlpack__'s (PyArrow's refuses nulls, bool8 and nested types
-    with less to say), which becomes its cause."""
-    try:
-        return _from_arrow(obj, methods)
-    except MemoryError:
-        raise
-    except Exception as e:
-        dlpack = [x for name, x in refusals if name == "__dlpack__"]
-        if dlpack and e.__cause__ is None:
-            e.__cause__ = dlpack[0]
-        refusals[:] = [x for x in refusals if x[0] != "__dlpack__"]
-        refusals.append(("Arrow PyCapsule interface", e))
-    return None
 
 
 cdef DLPackObject _from_arrow(object obj, int methods):

@@ -101,6 +101,26 @@ cdef int _check_ndarray_layout(object obj) except -1:
     return 0
 
 
+cdef type _ndarray = None      # numpy.ndarray, once one has been seen
+
+
+cdef bint _is_numpy_ndarray(type t):
+    """numpy.ndarray itself, by identity (a look-alike class is not read as NumPy's struct)."""
+    np = sys.modules.get("numpy")
+    return np is not None and t is getattr(np, "ndarray", None) and not (
+        t.__flags__ & Py_TPFLAGS_HEAPTYPE)
+
+
+cdef inline int _meet_ndarray(type t, object obj) except -1:
+    """On the first numpy.ndarray asdlpack walks: check NumPy's struct layout against it, and
+    let asdlpack's fast path take the type from then on."""
+    global _ndarray
+    if _ndarray is None and t.__name__ == "ndarray" and _is_numpy_ndarray(t):
+        _check_ndarray_layout(obj)
+        _ndarray = t
+    return 0
+
+
 def _ndarray_fast_path():
     """True once an ndarray was seen and NumPy's struct layout matched (tests, diagnostics)."""
     return _ndarray_layout == 1

@@ -278,18 +278,6 @@ cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) e
     return 0
 
 
-cdef int _torch_current_device(DLPackObject self) except -1:
-    """torch's own __dlpack__ refuses CUDA tensors off the current device; so do exports of
-    tensors taken through its C exchange API (§4: a fast path refuses what the producer does)."""
-    current = sys.modules["torch"].cuda.current_device()
-    if current != self.dl.device.device_id:
-        raise Refusal(f"__dlpack__: torch refuses to export tensors on a different CUDA "
-                      f"device index (tensor on cuda:{self.dl.device.device_id}, current "
-                      f"device cuda:{current}); call torch.cuda.set_device("
-                      f"{self.dl.device.device_id}) first")
-    return 0
-
-
 cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
     """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
     producer): contiguous data in one copy; strided data element by element, in rows of 2-D

@@ -788,6 +788,51 @@ def test_order_dlpack_then_array_interfaces_then_arrow():
     assert asdlpack(RefusingDLPack()).shape == (2,)
 
 
+_INT32_COLUMN = ap.ArrayProducer(ap.primitive("i", [1, 2], b"i"), destructor=True)
+# What a masked float32 array says: __array_interface__ refuses it (the mask), naming its type.
+_MASKED_FLOAT32 = {"shape": (2,), "typestr": "<f4", "data": (0, False), "version": 3,
+                   "mask": object()}
+
+
+class _TypedThenArrow:
+    """An __array_interface__ that says float32 and refuses, then an Arrow column of int32: the
+    Arrow reading disagrees with the refused protocol's type (spec §3)."""
+
+    __array_interface__ = _MASKED_FLOAT32
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return _INT32_COLUMN.__arrow_c_array__()
+
+
+def test_an_arrow_reading_that_disagrees_is_a_refusal_listed_with_the_others():
+    with pytest.raises(BufferError) as e:
+        asdlpack(_TypedThenArrow())
+    text = str(e.value)
+    assert text.startswith("asdlpack: every protocol that _TypedThenArrow speaks refused:")
+    assert "__array_interface__: BufferError: __array_interface__: field 'mask'" in text
+    assert ("Arrow PyCapsule interface: BufferError: Arrow PyCapsule interface: would give "
+            "the elements as int32, but __array_interface__ typed them as 'typestr' = '<f4'"
+            in text)
+
+
+def test_after_an_arrow_reading_that_disagrees_a_protocol_that_agrees_is_read():
+    """As after any refused step, the walk goes on: the buffer's float32 elements are what the
+    refused __array_interface__ said (no fallback changes the elements)."""
+    import array as stdlib_array
+
+    class TypedThenArrowThenBuffer(stdlib_array.array):
+        __array_interface__ = _MASKED_FLOAT32
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return _INT32_COLUMN.__arrow_c_array__()
+
+    floats = TypedThenArrowThenBuffer("f", [1.5, 2.5])
+    dl = asdlpack(floats)
+    assert (dl.dtype.name, dl.shape, dl.readonly) == ("float32", (2,), False)
+    assert dl.data_ptr == floats.buffer_info()[0]           # zero-copy: the buffer itself
+    assert memoryview(dl).tolist() == [1.5, 2.5]
+
+
 def test_pillow_image_keeps_its_array_interface():
     image = lib("PIL.Image")
     im = image.new("RGB", (4, 3))

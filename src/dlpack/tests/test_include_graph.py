@@ -57,7 +57,7 @@ def test_a_writer_using_a_readers_name_fails(tmp_path):
     """A name of _in/dlpack.pxi read in _out/dlpack.pxi (included after it) still fails."""
     src = copy_tree(tmp_path)
     writer = src / "_out" / "dlpack.pxi"
-    writer.write_text(writer.read_text() + "\n\ncdef object _peek():\n    return _torch_tensor\n")
+    writer.write_text(writer.read_text() + "\n\ncdef object _peek():\n    return _tf_eager\n")
     got = run(src)
     assert got.returncode == 1
-    assert "_out/dlpack.pxi uses _torch_tensor of _in/dlpack.pxi" in got.stdout
+    assert "_out/dlpack.pxi uses _tf_eager of _in/dlpack.pxi" in got.stdout

@@ -188,6 +188,20 @@ def test_exchange_api_prev_api_chain_gives_the_1x_api():
     assert np.from_dlpack(asdlpack(p)).tolist() == [0, 1, 2, 3] and p.calls == 1
 
 
+def test_an_unusable_exchange_api_types_nothing_but_a_failed_one_does():
+    """An API that is not used (no entry point) is listed with the refusals but said nothing of
+    the elements: the untyped buffer after it is read. One whose call failed refused as a typed
+    protocol: untyped bytes may not stand in for it (spec §3)."""
+    unused = exchange_api_type(entry=False, base=bytearray)(None)
+    dl = asdlpack(unused)
+    assert (dl.shape, dl.dtype.name, unused.calls) == ((0,), "uint8", 0)
+    failed = exchange_api_type(returns=-1, base=bytearray)(None)
+    with pytest.raises(BufferError) as e:
+        asdlpack(failed)
+    assert "failed without setting an error" in str(e.value) and "untyped" in str(e.value)
+    assert failed.calls == 1
+
+
 def test_exchange_api_null_entry_falls_back_to_dlpack():
     p = exchange_api_type(entry=False, dlpack=True)(np.arange(3.0))
     assert np.from_dlpack(asdlpack(p)).tolist() == [0, 1, 2]
