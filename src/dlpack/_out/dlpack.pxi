@@ -286,6 +286,10 @@ cdef inline ExportPlan _export_plan(const ExportAsk *a) noexcept nogil:
         p.kind = PLAN_REFUSED
         if p.refusal == REFUSE_NONE:
             p.refusal = REFUSE_COPY_IN_PLACE
+    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY
+            or p.kind == PLAN_HOST_COPY_OF_DEVICE):
+        p.target.device_type = kDLCPU
+        p.target.device_id = 0
     if p.order != ORDER_NONE:
         pass                            # decided with the kind
     elif _cuda_kind(here):
@@ -300,9 +304,10 @@ cdef inline ExportPlan _export_plan(const ExportAsk *a) noexcept nogil:
         p.order = ORDER_ROCM
     elif a.stream and p.refusal == REFUSE_NONE:
         p.refusal = REFUSE_STREAM
-    if p.refusal != REFUSE_NONE:
+    if p.refusal != REFUSE_NONE:       # a refused plan carries its refusal only
         p.kind = PLAN_REFUSED
         p.order = ORDER_NONE
+        p.reason = REASON_NONE
         p.torch_device = False
     return p
 
