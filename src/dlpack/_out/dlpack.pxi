@@ -202,7 +202,7 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     ask.versioned = versioned
     ask.read_only = self._flags & FLAG_READ_ONLY != 0 and not self._legacy_readonly
     ask.torch = self._work_api != NULL and self._work_api == _torch_api
-    plan = _export_plan(&ask)
+    _export_plan(&ask, &plan)
     if plan.kind == PLAN_REFUSED:
         _refuse(self, plan.refusal, dl_device, stream)
     if plan.torch_device:
@@ -247,13 +247,27 @@ cdef inline PlanRefusal _move_refusal(const ExportAsk *a) noexcept nogil:
     return REFUSE_NONE
 
 
-cdef inline ExportPlan _export_plan(const ExportAsk *a) noexcept nogil:
+cdef inline void _export_plan(const ExportAsk *a, ExportPlan *p) noexcept nogil:
     """What an export is, from what it asks (pure: no Python, no driver; tested for every
-    combination). A copy where dl_device moves the data, where asked for, or for a legacy
-    consumer of read-only data (a private copy unless the user opted in, §4); pinned and
-    managed memory go to the host as views (§10). Refusals take precedence in that order:
+    combination). CPU data as it is, the common case, is decided here in a few instructions;
+    everything else by _plan_in_full."""
+    if (a.here.device_type == kDLCPU and not a.has_target and not a.stream
+            and a.copy != COPY_ALWAYS and (a.versioned or not a.read_only)):
+        p.kind = PLAN_VIEW
+        p.order = ORDER_NONE
+        p.reason = REASON_NONE
+        p.refusal = REFUSE_NONE
+        p.torch_device = False
+        p.target = a.here
+    else:
+        _plan_in_full(a, p)
+
+
+cdef void _plan_in_full(const ExportAsk *a, ExportPlan *p) noexcept nogil:
+    """_export_plan's rules. A copy where dl_device moves the data, where asked for, or for a
+    legacy consumer of read-only data (a private copy unless the user opted in, §4); pinned
+    and managed memory go to the host as views (§10). Refusals take precedence in that order:
     dl_device, then copy, then stream."""
-    cdef ExportPlan p
     cdef int32_t here = a.here.device_type
     cdef bint to_host_in_place
     p.target = a.target if a.has_target else a.here
@@ -309,7 +323,6 @@ cdef inline ExportPlan _export_plan(const ExportAsk *a) noexcept nogil:
         p.order = ORDER_NONE
         p.reason = REASON_NONE
         p.torch_device = False
-    return p
 
 
 cdef int _refuse(DLPackObject self, PlanRefusal why, object dl_device,
@@ -358,16 +371,22 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     return 0
 
 
-cdef int _copy_arg(object copy) except -2:
+cdef inline int _copy_arg(object copy) except -2:
     """The one parser of __dlpack__'s copy (§4): COPY_IF_NEEDED for None, COPY_NEVER or
     COPY_ALWAYS for a bool, NumPy's bool_ (by identity) or an int 0 or 1 (its value, taken
-    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it."""
+    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it.
+    None and the bools are read inline, the rest by _copy_arg_value."""
     if copy is None:
         return COPY_IF_NEEDED
     if copy is True:
         return COPY_ALWAYS
     if copy is False:
         return COPY_NEVER
+    return _copy_arg_value(copy)
+
+
+cdef int _copy_arg_value(object copy) except -2:
+    """_copy_arg of anything but None and the bools."""
     np = sys.modules.get("numpy")
     if np is not None and type(copy) is getattr(np, "bool_", None):
         return COPY_ALWAYS if copy else COPY_NEVER
@@ -536,10 +555,11 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
 
 
 def _export_plan_of(tuple here, object target, object copy, bint stream, bint versioned,
-                    bint read_only, bint torch):
-    """Tests: the plan _export_plan makes for data on ``here`` (a (device_type, device_id)
-    pair), dl_device ``target`` (a pair or None) and __dlpack__'s copy, as names: (kind,
-    order, reason, refusal, torch_device, target)."""
+                    bint read_only, bint torch, bint full=False):
+    """Tests: the plan _export_plan makes (with ``full``, _plan_in_full: the common case not
+    taken apart) for data on ``here`` (a (device_type, device_id) pair), dl_device ``target``
+    (a pair or None) and __dlpack__'s copy, as names: (kind, order, reason, refusal,
+    torch_device, target)."""
     cdef ExportAsk ask
     cdef ExportPlan plan
     ask.here.device_type, ask.here.device_id = here
@@ -551,7 +571,10 @@ def _export_plan_of(tuple here, object target, object copy, bint stream, bint ve
     ask.versioned = versioned
     ask.read_only = read_only
     ask.torch = torch
-    plan = _export_plan(&ask)
+    if full:
+        _plan_in_full(&ask, &plan)
+    else:
+        _export_plan(&ask, &plan)
     return (("view", "host_view", "host_copy", "host_copy_of_device", "device_copy",
              "to_device", "refused")[plan.kind],
             ("none", "stream", "host", "rocm", "by_copy")[plan.order],

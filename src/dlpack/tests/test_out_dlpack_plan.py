@@ -137,6 +137,22 @@ def test_every_combination_is_planned_as_the_table_says():
     assert used == {line for line, *_ in ROWS}, "rows that no combination reaches"
 
 
+def test_the_common_case_is_decided_as_the_full_rules_decide():
+    """_export_plan decides CPU data exported as it is in a few instructions, and everything
+    else with _plan_in_full: the two agree on every combination (spec §8: a fast path never
+    changes semantics)."""
+    fast = 0
+    for source, target, copy, stream, versioned, read_only, torch in itertools.product(
+            SOURCES, TARGETS, COPIES, STREAMS, (True, False), (True, False), (True, False)):
+        here = SOURCES[source]
+        dl_device = here if TARGETS[target] == "same" else TARGETS[target]
+        args = (here, dl_device, COPIES[copy], stream is not None, versioned, read_only, torch)
+        assert _core._export_plan_of(*args) == _core._export_plan_of(*args, full=True), args
+        fast += source == "cpu" and target == "none" and stream is None and not (
+            copy == "True" or (read_only and not versioned))
+    assert fast == 2 * 2 * 2 * 2 - 2 * 2    # copy None/False x the bools, less legacy read-only
+
+
 def test_stream_minus_one_plans_as_any_stream():
     """-1 (no synchronisation) is told apart when the plan is carried out, not in it."""
     for source, target in itertools.product(SOURCES, TARGETS):
