@@ -106,6 +106,61 @@ cdef enum:      # __dlpack__'s copy, as _copy_arg reads it
     COPY_ALWAYS = 1
 
 
+# -- the export plan: what one __dlpack__ call hands out, decided by one pure function
+# (_export_plan) from what the call asks and what the data is, and carried out by one switch
+# (_export_block); docs/spec.md §4 and §10 are its rules.
+
+cdef enum PlanKind:
+    PLAN_VIEW                   # the memory itself, on its own device
+    PLAN_HOST_VIEW              # pinned or managed memory, as a kDLCPU tensor
+    PLAN_HOST_COPY              # a copy of memory the host reads, in the block
+    PLAN_HOST_COPY_OF_DEVICE    # a copy of CUDA device memory, in the block (the driver fills it)
+    PLAN_DEVICE_COPY            # a private copy on the data's own GPU
+    PLAN_TO_DEVICE              # a copy of host memory on the CUDA GPU the plan's target names
+    PLAN_REFUSED                # the plan's refusal says why
+
+cdef enum PlanOrder:            # how the export is ordered after the producer's work
+    ORDER_NONE                  # nothing to arrange
+    ORDER_STREAM                # the consumer's stream waits for it
+    ORDER_HOST                  # the host waits for it (the host reads at once)
+    ORDER_ROCM                  # the ROCm provider is asked to order its own streams
+    ORDER_BY_COPY               # the copy routine queues the copy after it
+
+cdef enum CopyReason:           # why the export is a copy
+    REASON_NONE                 # it is not
+    REASON_MOVE                 # dl_device names another device
+    REASON_ASKED                # copy=True
+    REASON_LEGACY_READ_ONLY     # read-only data for a legacy consumer, which cannot say so
+
+cdef enum PlanRefusal:          # each one message, written by _refuse
+    REFUSE_NONE
+    REFUSE_HOST_ID              # dl_device=(kDLCPU, n) with n != 0
+    REFUSE_NO_CUDA_DEVICE       # dl_device=(kDLCUDA, n) with n < 0
+    REFUSE_CANNOT_MOVE          # a move pydlpack does not make (it copies host <-> GPU only)
+    REFUSE_NEEDS_COPY           # a move with copy=False
+    REFUSE_LEGACY_READ_ONLY     # read-only data for a legacy consumer with copy=False
+    REFUSE_COPY_IN_PLACE        # a copy on a device pydlpack cannot copy on
+    REFUSE_STREAM               # a stream for data that has none
+
+cdef struct ExportAsk:          # what the plan depends on: the call's arguments, read, and the data
+    DLDevice here               # the data's device
+    DLDevice target             # dl_device's, where has_target
+    bint has_target
+    int copy                    # COPY_IF_NEEDED, COPY_NEVER or COPY_ALWAYS
+    bint stream                 # a stream was passed (not None)
+    bint versioned              # the consumer takes a versioned capsule
+    bint read_only              # read-only data the user did not let legacy consumers share
+    bint torch                  # taken through torch's C exchange API
+
+cdef struct ExportPlan:
+    PlanKind kind
+    PlanOrder order
+    CopyReason reason
+    PlanRefusal refusal         # REFUSE_NONE unless kind is PLAN_REFUSED
+    bint torch_device           # torch's current-device rule is checked first
+    DLDevice target             # the device the exported tensor is on
+
+
 cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
                            object dl_device, object copy):
     cdef bint versioned = self._plain_versioned
@@ -133,59 +188,175 @@ cdef object _dlpack_export(DLPackObject self, object stream, object max_version,
 
 cdef void *_export_block(DLPackObject self, object stream, bint versioned, object dl_device,
                          object copy) except NULL:
-    """The managed tensor a __dlpack__ call (or dlpack.ctypes.to_pointer) hands out: a view, a
-    host copy, a copy on the data's GPU or on another; ordered after the producer's work."""
-    cdef bint do_copy, moving
-    cdef int32_t device_type = self.dl.device.device_type
-    cdef DLDevice target = self.dl.device
+    """The managed tensor a __dlpack__ call (or dlpack.ctypes.to_pointer) hands out: the
+    arguments read (copy first, then dl_device), the plan made, and carried out here."""
+    cdef ExportAsk ask
+    cdef ExportPlan plan
     cdef void *block
-    cdef int want = _copy_arg(copy)
-    if dl_device is not None:
-        _target(self, dl_device, want, &target)
-    if target.device_type == kDLCUDA and device_type != kDLCUDA:
-        return _export_to_device(self, versioned, target.device_id, stream)
-    if target.device_type == kDLCPU and _in_place_on_host(device_type):
-        return _export_host_view(self, versioned, want, stream)
-    moving = target.device_type != device_type
-    do_copy = _export_copy(self, versioned, want, moving)
-    if device_type == kDLCPU and stream is None:
-        pass                                            # the common case: nothing to arrange
-    elif _cuda_kind(device_type):
-        if self._work_api != NULL and self._work_api == _torch_api:
-            _torch_current_device(self)
-        if do_copy and device_type == kDLCUDA and not moving:
-            return _export_device_copy(self, versioned, stream)
-        # a host copy is read by the host at once; so may pinned or managed data with no stream
-        _sync_for(self, stream, do_copy or (device_type != kDLCUDA and stream is None))
-    elif device_type == kDLROCM and stream is not None:
+    ask.copy = _copy_arg(copy)
+    ask.has_target = dl_device is not None
+    if ask.has_target:
+        _dl_device_arg(dl_device, &ask.target)
+    ask.here = self.dl.device
+    ask.stream = stream is not None
+    ask.versioned = versioned
+    ask.read_only = self._flags & FLAG_READ_ONLY != 0 and not self._legacy_readonly
+    ask.torch = self._work_api != NULL and self._work_api == _torch_api
+    _export_plan(&ask, &plan)
+    if plan.kind == PLAN_REFUSED:
+        _refuse(self, plan.refusal, dl_device, stream)
+    if plan.torch_device:
+        _torch_current_device(self)
+    if plan.order == ORDER_STREAM or plan.order == ORDER_HOST:
+        _sync_for(self, stream, plan.order == ORDER_HOST)
+    elif plan.order == ORDER_ROCM:
         _rocm_order(self, stream)
-    elif stream is not None:
-        raise Refusal(f"__dlpack__: stream = {stream!r} must be None for data on "
-                      f"{_device_name(self.dl.device)}")
-    block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
-    if do_copy and not _host_accessible(device_type):
-        _fill_from_device(self, block, versioned)
+    if plan.kind == PLAN_DEVICE_COPY:
+        block = _export_device_copy(self, versioned, stream)
+    elif plan.kind == PLAN_TO_DEVICE:
+        block = _export_to_device(self, versioned, plan.target.device_id, stream)
+    else:
+        block = _export(self, versioned,
+                        EXPORT_VIEW if plan.reason == REASON_NONE else EXPORT_HOST_COPY)
+        if plan.kind == PLAN_HOST_VIEW:
+            _block_tensor(block, versioned).device = plan.target
+        elif plan.kind == PLAN_HOST_COPY_OF_DEVICE:
+            _fill_from_device(self, block, versioned)
     return block
 
 
-cdef inline bint _in_place_on_host(int32_t device_type) noexcept:
+cdef inline PlanRefusal _move_refusal(const ExportAsk *a) noexcept nogil:
+    """Whether dl_device can be served (§4's device ids, §10): the host and the data's own
+    device always; the host from CUDA, pinned, managed or ROCm host memory; a CUDA GPU from
+    memory the host reads; with copy=False only where no copy is made (pinned or managed
+    memory to the host)."""
+    cdef int32_t here = a.here.device_type, to = a.target.device_type
+    if to == kDLCPU and a.target.device_id != 0:
+        return REFUSE_HOST_ID
+    if to == here and a.target.device_id == a.here.device_id:
+        return REFUSE_NONE
+    if to == kDLCPU and (_host_accessible(here) or here == kDLCUDA):
+        pass
+    elif to == kDLCUDA and _host_accessible(here):
+        if a.target.device_id < 0:
+            return REFUSE_NO_CUDA_DEVICE
+    else:
+        return REFUSE_CANNOT_MOVE
+    if a.copy == COPY_NEVER and not (to == kDLCPU and _in_place_on_host(here)):
+        return REFUSE_NEEDS_COPY
+    return REFUSE_NONE
+
+
+cdef inline void _export_plan(const ExportAsk *a, ExportPlan *p) noexcept nogil:
+    """What an export is, from what it asks (pure: no Python, no driver; tested for every
+    combination). CPU data as it is, the common case, is decided here in a few instructions;
+    everything else by _plan_in_full."""
+    if (a.here.device_type == kDLCPU and not a.has_target and not a.stream
+            and a.copy != COPY_ALWAYS and (a.versioned or not a.read_only)):
+        p.kind = PLAN_VIEW
+        p.order = ORDER_NONE
+        p.reason = REASON_NONE
+        p.refusal = REFUSE_NONE
+        p.torch_device = False
+        p.target = a.here
+    else:
+        _plan_in_full(a, p)
+
+
+cdef void _plan_in_full(const ExportAsk *a, ExportPlan *p) noexcept nogil:
+    """_export_plan's rules. A copy where dl_device moves the data, where asked for, or for a
+    legacy consumer of read-only data (a private copy unless the user opted in, §4); pinned
+    and managed memory go to the host as views (§10). Refusals take precedence in that order:
+    dl_device, then copy, then stream."""
+    cdef int32_t here = a.here.device_type
+    cdef bint to_host_in_place
+    p.target = a.target if a.has_target else a.here
+    p.refusal = _move_refusal(a) if a.has_target else REFUSE_NONE
+    p.reason = REASON_NONE
+    p.order = ORDER_NONE
+    p.torch_device = False
+    to_host_in_place = p.target.device_type == kDLCPU and _in_place_on_host(here)
+    if p.target.device_type != here and not to_host_in_place:
+        p.reason = REASON_MOVE
+    elif a.copy == COPY_ALWAYS:
+        p.reason = REASON_ASKED
+    elif not a.versioned and a.read_only:
+        p.reason = REASON_LEGACY_READ_ONLY
+        if a.copy == COPY_NEVER and p.refusal == REFUSE_NONE:
+            p.refusal = REFUSE_LEGACY_READ_ONLY
+    if p.target.device_type == kDLCUDA and here != kDLCUDA:
+        p.kind = PLAN_TO_DEVICE
+        p.order = ORDER_BY_COPY
+    elif to_host_in_place:
+        p.kind = PLAN_HOST_VIEW if p.reason == REASON_NONE else PLAN_HOST_COPY
+        p.order = ORDER_HOST
+    elif p.reason == REASON_NONE:
+        p.kind = PLAN_VIEW
+    elif here == kDLCUDA:
+        p.kind = PLAN_HOST_COPY_OF_DEVICE if p.reason == REASON_MOVE else PLAN_DEVICE_COPY
+    elif _host_accessible(here):
+        p.kind = PLAN_HOST_COPY
+    else:
+        p.kind = PLAN_REFUSED
+        if p.refusal == REFUSE_NONE:
+            p.refusal = REFUSE_COPY_IN_PLACE
+    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY
+            or p.kind == PLAN_HOST_COPY_OF_DEVICE):
+        p.target.device_type = kDLCPU
+        p.target.device_id = 0
+    if p.order != ORDER_NONE:
+        pass                            # decided with the kind
+    elif _cuda_kind(here):
+        p.torch_device = a.torch
+        if p.kind == PLAN_DEVICE_COPY:
+            p.order = ORDER_BY_COPY
+        elif p.reason != REASON_NONE or (here != kDLCUDA and not a.stream):
+            p.order = ORDER_HOST        # the host reads the data at once
+        else:
+            p.order = ORDER_STREAM
+    elif a.stream and here == kDLROCM:
+        p.order = ORDER_ROCM
+    elif a.stream and p.refusal == REFUSE_NONE:
+        p.refusal = REFUSE_STREAM
+    if p.refusal != REFUSE_NONE:       # a refused plan carries its refusal only
+        p.kind = PLAN_REFUSED
+        p.order = ORDER_NONE
+        p.reason = REASON_NONE
+        p.torch_device = False
+
+
+cdef int _refuse(DLPackObject self, PlanRefusal why, object dl_device,
+                 object stream) except -1:
+    """Raise the refusal an export's plan names."""
+    cdef str here = _device_name(self.dl.device)
+    if why == REFUSE_HOST_ID:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
+                      f"({kDLCPU}, 0); no other kDLCPU id names a device")
+    if why == REFUSE_NO_CUDA_DEVICE:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
+    if why == REFUSE_CANNOT_MOVE:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
+                      f"{here} there (pydlpack copies between the host and a GPU, not "
+                      "between GPUs)")
+    if why == REFUSE_NEEDS_COPY:
+        raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from {here}, but "
+                      "copy=False")
+    if why == REFUSE_LEGACY_READ_ONLY:
+        raise Refusal(
+            "__dlpack__: the data is read-only and this consumer asked for a legacy "
+            "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
+            "that passes max_version >= (1, 0), allow a copy, or opt in with "
+            "asdlpack(obj, allow_legacy_readonly=True)")
+    if why == REFUSE_COPY_IN_PLACE:
+        raise Refusal(f"__dlpack__: a copy of data on {here} in place is not supported; ask "
+                      f"for a host copy with dl_device=({kDLCPU}, 0)")
+    raise Refusal(f"__dlpack__: stream = {stream!r} must be None for data on {here}")
+
+
+cdef inline bint _in_place_on_host(int32_t device_type) noexcept nogil:
     """CUDA memory the CPU reads where it is (pinned, managed): dl_device=(kDLCPU, 0) is a view
     of it, not a copy (spec §10)."""
     return device_type == kDLCUDAHost or device_type == kDLCUDAManaged
-
-
-cdef void *_export_host_view(DLPackObject self, bint versioned, int want,
-                             object stream) except NULL:
-    """dl_device=(kDLCPU, 0) of pinned or managed memory: the same memory as a CPU tensor, once
-    the producer's work is done (the host may read it at once); a copy only where asked for, or
-    for a legacy consumer of read-only data."""
-    cdef bint do_copy = _export_copy(self, versioned, want, False)
-    _sync_for(self, stream, True)
-    cdef void *block = _export(self, versioned, EXPORT_HOST_COPY if do_copy else EXPORT_VIEW)
-    cdef DLTensor *t = _block_tensor(block, versioned)
-    t.device.device_type = kDLCPU
-    t.device.device_id = 0
-    return block
 
 
 cdef int _rocm_order(DLPackObject self, object stream) except -1:
@@ -200,16 +371,22 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     return 0
 
 
-cdef int _copy_arg(object copy) except -2:
+cdef inline int _copy_arg(object copy) except -2:
     """The one parser of __dlpack__'s copy (§4): COPY_IF_NEEDED for None, COPY_NEVER or
     COPY_ALWAYS for a bool, NumPy's bool_ (by identity) or an int 0 or 1 (its value, taken
-    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it."""
+    with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it.
+    None and the bools are read inline, the rest by _copy_arg_value."""
     if copy is None:
         return COPY_IF_NEEDED
     if copy is True:
         return COPY_ALWAYS
     if copy is False:
         return COPY_NEVER
+    return _copy_arg_value(copy)
+
+
+cdef int _copy_arg_value(object copy) except -2:
+    """_copy_arg of anything but None and the bools."""
     np = sys.modules.get("numpy")
     if np is not None and type(copy) is getattr(np, "bool_", None):
         return COPY_ALWAYS if copy else COPY_NEVER
@@ -220,35 +397,10 @@ cdef int _copy_arg(object copy) except -2:
     raise TypeError(f"__dlpack__: copy = {copy!r:.80} is not None, a bool or 0/1")
 
 
-cdef bint _export_copy(DLPackObject self, bint versioned, int want, bint moving) except -1:
-    """Whether an export is a copy: asked for, a move to the host, or read-only data for a
-    legacy consumer (which cannot see READ_ONLY: a private copy unless the user opted in)."""
-    cdef bint do_copy = moving or want == COPY_ALWAYS
-    if (not versioned and not do_copy and self._flags & FLAG_READ_ONLY
-            and not self._legacy_readonly):
-        if want == COPY_NEVER:
-            raise Refusal(
-                "__dlpack__: the data is read-only and this consumer asked for a legacy "
-                "(unversioned) capsule, which cannot say so, with copy=False. Use a consumer "
-                "that passes max_version >= (1, 0), allow a copy, or opt in with "
-                "asdlpack(obj, allow_legacy_readonly=True)")
-        do_copy = True
-    if do_copy and not _host_accessible(self.dl.device.device_type) and (
-            self.dl.device.device_type != kDLCUDA):
-        raise Refusal(f"__dlpack__: a copy of data on {_device_name(self.dl.device)} "
-                      "in place is not supported; ask for a host copy with "
-                      f"dl_device=({kDLCPU}, 0)")
-    return do_copy
-
-
-cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) except -1:
-    """The device dl_device asks for (array API): the data's own, the host, or a CUDA GPU.
-
-    dl_device is a tuple or list of two ints, read once from its own storage. The host is one
-    device, (kDLCPU, 0) (dlpack.h: CPU data has device_id 0; imports are normalised to it): any
-    other kDLCPU id names no device and is refused whatever copy says, as NumPy does.
-    """
-    cdef DLDevice here = self.dl.device
+cdef int _dl_device_arg(object dl_device, DLDevice *out) except -1:
+    """The device dl_device names (array API), read once: a tuple or list of two ints
+    (_device_pair), each within 32 bits. Whether it can be served is the plan's rule (the host
+    is one device, (kDLCPU, 0): any other kDLCPU id names no device, as NumPy says)."""
     dt, did = _device_pair(dl_device, "__dlpack__: dl_device")
     try:
         out.device_type = dt
@@ -256,25 +408,6 @@ cdef int _target(DLPackObject self, object dl_device, int want, DLDevice *out) e
     except OverflowError:
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r:.80} names no device (a value "
                       "beyond 32 bits)") from None
-    if out.device_type == kDLCPU and out.device_id != 0:
-        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
-                      f"({kDLCPU}, 0); no other kDLCPU id names a device")
-    if out.device_type == here.device_type and out.device_id == here.device_id:
-        return 0
-    if out.device_type == kDLCPU and (_host_accessible(here.device_type)
-                                      or here.device_type == kDLCUDA):
-        pass
-    elif out.device_type == kDLCUDA and _host_accessible(here.device_type):
-        if out.device_id < 0:
-            raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: no such CUDA device")
-    else:
-        raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: cannot move data from "
-                      f"{_device_name(here)} there (pydlpack copies between the host and "
-                      "a GPU, not between GPUs)")
-    if want == COPY_NEVER and not (out.device_type == kDLCPU
-                                   and _in_place_on_host(here.device_type)):
-        raise Refusal(f"__dlpack__: dl_device = {dl_device!r} needs a copy from "
-                      f"{_device_name(here)}, but copy=False")
     return 0
 
 
@@ -407,3 +540,33 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     finally:
         free(staging)
     return _export(self, versioned, EXPORT_DEVICE_COPY, owner)
+
+
+def _export_plan_of(tuple here, object target, object copy, bint stream, bint versioned,
+                    bint read_only, bint torch, bint full=False):
+    """Tests: the plan _export_plan makes (with ``full``, _plan_in_full: the common case not
+    taken apart) for data on ``here`` (a (device_type, device_id) pair), dl_device ``target``
+    (a pair or None) and __dlpack__'s copy, as names: (kind, order, reason, refusal,
+    torch_device, target)."""
+    cdef ExportAsk ask
+    cdef ExportPlan plan
+    ask.here.device_type, ask.here.device_id = here
+    ask.has_target = target is not None
+    if ask.has_target:
+        ask.target.device_type, ask.target.device_id = target
+    ask.copy = _copy_arg(copy)
+    ask.stream = stream
+    ask.versioned = versioned
+    ask.read_only = read_only
+    ask.torch = torch
+    if full:
+        _plan_in_full(&ask, &plan)
+    else:
+        _export_plan(&ask, &plan)
+    return (("view", "host_view", "host_copy", "host_copy_of_device", "device_copy",
+             "to_device", "refused")[plan.kind],
+            ("none", "stream", "host", "rocm", "by_copy")[plan.order],
+            ("none", "move", "asked", "legacy_read_only")[plan.reason],
+            ("none", "host_id", "no_cuda_device", "cannot_move", "needs_copy",
+             "legacy_read_only", "copy_in_place", "stream")[plan.refusal],
+            plan.torch_device, (plan.target.device_type, plan.target.device_id))
