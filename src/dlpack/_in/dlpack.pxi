@@ -207,15 +207,14 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
     if PyErr_Occurred() != NULL:
         _api_error_left(m)
     r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
-    device_type = r.dl.device.device_type
+    device_type = r.desc.dl.device.device_type
     if device_type == kDLCPU:
         return r
     if device_type == kDLCUDA and api.current_work_stream != NULL:
-        r._stream = 0
-        r._work_api = api
-        r._keep = keep                   # the API struct lives as long as its capsule
+        _sync_by_api(r, api)
+        _keep_alive(r, keep)                # the API struct lives as long as its capsule
         return r
-    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.dl.device)} "
+    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.desc.dl.device)} "
                   "cannot be ordered through this API; __dlpack__ is asked instead")
 
 
@@ -299,7 +298,7 @@ cdef DLPackObject _from_torch(object t):
         r = _via_api(_torch_api, t, None)
     except Exception:
         return None                         # torch's own __dlpack__ gives its message
-    if r.dl.device.device_type == kDLCUDA and not _torch_current(r.dl.device.device_id):
+    if r.desc.dl.device.device_type == kDLCUDA and not _torch_current(r.desc.dl.device.device_id):
         return None
     _torch_conj_check(r, t)
     return r
@@ -309,7 +308,7 @@ cdef int _torch_conj_check(DLPackObject self, object t) except -1:
     """Refuse a conjugate-bit tensor's export (its values are not the tensor's), on every path:
     torch's own __dlpack__ asks an instance attribute, which can be made to lie. The bit
     exists for complex tensors only (conj() of a real one is itself)."""
-    if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
+    if self.desc.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
         raise Refusal("__dlpack__: the torch tensor has its conjugate bit set, and its "
                       "export would give the unconjugated values; call t.resolve_conj() "
                       "first")
@@ -356,8 +355,8 @@ cdef DLPackObject _from_dlpack_method(object obj):
     r = _from_dlpack_result(obj, capsule)
     if torch:
         _torch_conj_check(r, obj)
-    if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
-        r._resync = obj
+    if _cuda_kind(r.desc.dl.device.device_type) or r.desc.dl.device.device_type == kDLROCM:
+        _sync_by_provider(r, obj)
     return r
 
 

@@ -56,35 +56,36 @@ cdef object _reduce(DLPackObject self, int protocol):
     ``data`` holds the bytes from the lowest to one past the highest byte an element occupies;
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
-    cdef int64_t lo = 0, hi = self.lay.nbytes
+    cdef int64_t lo = 0, hi = self.desc.layout.nbytes
     cdef int64_t c_strides[MAX_NDIM]
     cdef int i
-    cdef bint readonly = self._flags & FLAG_READ_ONLY
+    cdef bint readonly = self.desc.flags & FLAG_READ_ONLY
     cdef _Span span
-    if not _host_accessible(self.dl.device.device_type):
+    if not _host_accessible(self.desc.dl.device.device_type):
         raise Refusal(
-            f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
+            f"pickle: the data is on {_device_name(self.desc.dl.device)}, which another process "
             "cannot read; pickle a host copy instead: "
             f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
             "host with its producer (e.g. tensor.cpu())")
     _host_wait(self)
     strides = self.strides
-    if self.lay.count and not self.lay.c_contig:
+    if self.desc.layout.count and not self.desc.layout.c_contig:
         _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
-    if (hi - lo) - self.lay.nbytes > self.lay.nbytes // 2:  # both < 2**63; broadcasts: < 0
+    # the span beyond nbytes (both < 2**63; broadcasts: < 0)
+    if (hi - lo) - self.desc.layout.nbytes > self.desc.layout.nbytes // 2:
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        span.copy = _alloc_copy(<size_t>self.lay.nbytes + DATA_ALIGN - 1)
+        span.copy = _alloc_copy(<size_t>self.desc.layout.nbytes + DATA_ALIGN - 1)
         if span.copy == NULL:
-            raise MemoryError(f"pickle: cannot allocate {self.lay.nbytes} bytes for a copy")
+            raise MemoryError(f"pickle: cannot allocate {self.desc.layout.nbytes} bytes for a copy")
         span.ptr = <char *>span.copy + (-<uintptr_t>span.copy & (DATA_ALIGN - 1))
-        _gather(span.ptr, <const char *>self.dl.data, self)
-        lo, hi = 0, self.lay.nbytes
-        _c_strides(self.dl.ndim, self.dl.shape, c_strides)
-        strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
+        _gather(span.ptr, <const char *>self.desc.dl.data, self)
+        lo, hi = 0, self.desc.layout.nbytes
+        _c_strides(self.desc.dl.ndim, self.desc.dl.shape, c_strides)
+        strides = tuple([c_strides[i] for i in range(self.desc.dl.ndim)])
     else:
-        span.ptr = <char *>(<uintptr_t>self.dl.data + <uintptr_t>lo)    # NULL when empty
+        span.ptr = <char *>(<uintptr_t>self.desc.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self
     span.len = hi - lo
     data = span
@@ -94,9 +95,9 @@ cdef object _reduce(DLPackObject self, int protocol):
         data = bytes(data)
     else:
         data = bytearray(data)              # writable arrives writable, as with protocol 5
-    t = self.dl.dtype
+    t = self.desc.dl.dtype
     return _rebuild, (data, t.code, t.bits, t.lanes, self.shape, strides, -lo,
-                      self._flags & _PICKLED_FLAGS)
+                      self.desc.flags & _PICKLED_FLAGS)
 
 
 cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
@@ -116,29 +117,45 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     cdef DLPackObject r = _new_object()
     cdef Py_ssize_t i, n
     cdef int64_t at
+    cdef int64_t small[2 * INLINE_DIMS]
+    cdef DLTensor t
+    cdef uint64_t bits_set
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
         raise Refusal(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
                       f"{strides!r:.80} are not tuples of one length; the pickle is "
                       "corrupt or forged")
-    if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
+    bits_set = _field(flags, "flags", 0, INT64_MAX)
+    if bits_set & ~_PICKLED_FLAGS:
         raise Refusal(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
                       "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
-    r._flags = flags
-    r.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
-    r.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
-    r.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
+    t.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
+    t.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
+    t.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
     n = len(shape)
-    r._alloc_dims(n, "pickle")
-    for i in range(n):
-        r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
-        r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
-    r._hold_buffer(data, PyBUF_SIMPLE, "pickle", "data", "; the pickle is corrupt or forged")
-    at = _field(offset, "offset", 0, r._view.len)
-    if r._view.readonly:
-        r._flags |= FLAG_READ_ONLY
-    r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
-    r.dl.device.device_type = kDLCPU
-    r.dl.device.device_id = 0
-    r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
-    r._base = data
+    _check_dims("pickle", "ndim", n, True)
+    t.ndim = <int32_t>n
+    t.shape = small
+    if n > INLINE_DIMS:
+        t.shape = <int64_t *>malloc(2 * n * sizeof(int64_t))
+        if t.shape == NULL:
+            raise MemoryError()
+    t.strides = t.shape + n
+    try:
+        for i in range(n):
+            t.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
+            t.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
+        _hold_buffer(r, data, PyBUF_SIMPLE, "pickle", "data",
+                     "; the pickle is corrupt or forged")
+        at = _field(offset, "offset", 0, r._view.len)
+        if r._view.readonly:
+            bits_set |= FLAG_READ_ONLY
+        t.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+        t.byte_offset = 0
+        t.device.device_type = kDLCPU
+        t.device.device_id = 0
+        r._describe_tensor(&t, bits_set, "pickle", at, r._view.len)
+    finally:
+        if t.shape != small:
+            free(t.shape)
+    _own_base(r, data)
     return r
