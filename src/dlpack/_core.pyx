@@ -74,7 +74,7 @@ cdef class DLPackObject:
     (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
     gone; read-only data stays read-only for every consumer that can say so.
     """
-    # The fields are declared in _core.pxd in four groups and two caches, each written only by
+    # The fields are declared in _core.pxd in four groups and the caches, each written only by
     # its owners (docs/spec.md §1; .ci/include_graph.py checks it):
     #   desc (Description: dl, flags, layout, inline_dims) -- the readers (_in/) and this
     #     class's methods (_alloc_dims, _validate; _describe_tensor fills it from a foreign
