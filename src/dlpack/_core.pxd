@@ -100,8 +100,8 @@ cdef class DLPackObject:
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1
     cdef int _validate(self, str protocol, Strides given, int64_t offset,
                        int64_t bound) except -1
-    cdef int _describe_tensor(self, const DLTensor *t, uint64_t flags, str protocol,
-                              int64_t offset, int64_t bound) except -1
+    cdef inline int _describe_tensor(self, const DLTensor *t, uint64_t flags, str protocol,
+                                     int64_t offset, int64_t bound) except -1
     cdef int _describe_as(self, DLPackObject src, bint on_host) except -1
     cdef void _declare_writable(self) noexcept
     cdef tuple _raw_strides(self)

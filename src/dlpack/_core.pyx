@@ -47,6 +47,13 @@ cdef extern from *:
     bint PyObject_GC_IsTracked(object)
 
 
+cdef int _refuse_byte_offset(str protocol, uint64_t byte_offset, uintptr_t data) except -1:
+    """A DLTensor's byte_offset that moves data outside the address space (out of line: the
+    describing routine stays small enough to inline)."""
+    raise Refusal(f"{protocol}: field 'byte_offset' = {byte_offset} moves the data "
+                  f"pointer {data:#x} outside the address space")
+
+
 cdef inline DLPackObject _new_object():
     """A blank DLPackObject for a reader to fill, unreachable from Python code until _publish
     (docs/spec.md §7): Python cannot construct one (_seal), and the collector does not list it
@@ -199,8 +206,8 @@ cdef class DLPackObject:
         return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
                 f"{self.desc.layout.itemsize} bytes) reaches outside {where}")
 
-    cdef int _describe_tensor(self, const DLTensor *t, uint64_t flags, str protocol,
-                              int64_t offset, int64_t bound) except -1:
+    cdef inline int _describe_tensor(self, const DLTensor *t, uint64_t flags, str protocol,
+                                     int64_t offset, int64_t bound) except -1:
         """Describe a foreign DLTensor header t (copied by the caller, before any Python code
         could change it) with flags, then _validate it; byte_offset is added to data, checked.
         offset and bound as _validate's (bound -1: no buffer to lie in)."""
@@ -213,8 +220,7 @@ cdef class DLPackObject:
                 memcpy(self.desc.dl.strides, t.strides, t.ndim * sizeof(int64_t))
         self.desc.flags = flags
         if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
-            raise Refusal(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
-                          f"pointer {data:#x} outside the address space")
+            _refuse_byte_offset(protocol, t.byte_offset, data)
         self.desc.dl.data = <void *>(data + t.byte_offset)
         self.desc.dl.device = t.device
         self.desc.dl.dtype = t.dtype

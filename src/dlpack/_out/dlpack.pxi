@@ -200,12 +200,17 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     return 0
 
 
-cdef int _copy_arg(object copy) except -2:
+cdef inline int _copy_arg(object copy) except -2:
     """The one parser of __dlpack__'s copy (§4): COPY_IF_NEEDED for None, COPY_NEVER or
     COPY_ALWAYS for a bool, NumPy's bool_ (by identity) or an int 0 or 1 (its value, taken
     with __index__: an int subclass's == cannot lie); anything else is a TypeError naming it."""
     if copy is None:
-        return COPY_IF_NEEDED
+        return COPY_IF_NEEDED           # what nearly every consumer passes: no call
+    return _copy_arg_given(copy)
+
+
+cdef int _copy_arg_given(object copy) except -2:
+    """_copy_arg for a copy other than None."""
     if copy is True:
         return COPY_ALWAYS
     if copy is False:
