@@ -1,13 +1,22 @@
 """Check the graph of _core.pyx's included files: each name a .pxi uses is defined in itself or
-in a file included before it, and the readers (_in/) and writers (_out/) use each other's names
-only through the shared files (docs/spec.md §1's layout).
+in a file included before it, the readers (_in/) and writers (_out/) use each other's names
+only through the shared files, and each group of DLPackObject's fields is written only by its
+owners (docs/spec.md §1's layout).
 
     python .ci/include_graph.py [SRC]     # SRC: the package directory (src/dlpack)
 
 A file's names are what it defines at column 0 (cdef/cpdef/def functions, cdef classes,
 structs, ctypedefs, fused types, module variables), the members of its enums and the names its
-`cdef extern` blocks declare. Names _core.pyx defines itself (the core type) are every file's.
-Exit status 1 on any such use: the fix moves the name to the file where it belongs.
+`cdef extern` blocks declare. Names _core.pxd and _core.pyx define (the core type) are every file's.
+
+The groups are read from the class's declaration (_core.pxd): a comment
+``# group NAME, written by: OWNER...`` (continued on comment lines indented further) heads the
+fields declared below it. An owner is a directory (``_in/``), a file (``_own.pxi``), a
+function or a method (``DLPackObject._validate``). A field is written where it is assigned
+(also augmented, or through a member or an index: ``r.desc.dl.shape[i] = n``), where its
+address is taken other than by a ``<const ...>`` cast, and where it is memcpy's or memset's
+destination. Writes through a pointer kept elsewhere are not seen.
+Exit status 1 on any such use: the fix moves the name (or the write) where it belongs.
 """
 
 from __future__ import annotations
@@ -144,6 +153,8 @@ def problems(src: Path) -> list[str]:
     files = includes(src / "_core.pyx")
     texts = {f: (src / f).read_text() for f in files}
     core = defined((src / "_core.pyx").read_text())
+    if (src / "_core.pxd").exists():
+        core |= defined((src / "_core.pxd").read_text())
     owner: dict[str, str] = {}
     for f in files:
         for name in defined(texts[f]):
@@ -164,14 +175,130 @@ def problems(src: Path) -> list[str]:
     return found
 
 
+_GROUP = re.compile(r"#\s*group (\w+), written by:(.*)")
+_FIELD = re.compile(r"\s+cdef\s+(?:public\s+|readonly\s+)?[\w .*]*?[\s*](\w+)(?:\[.*\])?"
+                    r"\s*(?:#.*)?$")
+_ASSIGN = r"(?:\.\w+|\[[^\]]*\])*\s*(?:[-+*/%&|^]|//|<<|>>)?=(?!=)"
+_CORE_TYPE = "DLPackObject"
+_DEF = re.compile(r"(?:(?:cdef|cpdef)\s+(?:inline\s+)?[^(=]*?|def\s+)(\w+)\s*\(")
+
+
+def groups(src: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """The field groups of the core type's declaration: name -> (fields, owners)."""
+    pxd = src / "_core.pxd"
+    lines = (pxd if pxd.exists() else src / "_core.pyx").read_text().splitlines()
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    current = None
+    heading = False         # on the comment lines that head a group (its owners)
+    for line in lines:
+        m = _GROUP.search(line)
+        if m:
+            current = out.setdefault(m.group(1), ([], []))
+            current[1].extend(m.group(2).split())
+            heading = True
+            continue
+        if heading and re.match(r"\s*#\s{2,}\S", line):
+            current[1].extend(line.split("#", 1)[1].split())
+            continue
+        heading = False
+        if current is not None and not re.match(r"\s", line) and line.strip():
+            current = None              # the class ends
+        field = _FIELD.match(line)
+        if current is not None and field and "(" not in line.split("#")[0]:
+            current[0].append(field.group(1))
+    return out
+
+
+def _code(line: str) -> str:
+    """A line without its comment and the text of its strings."""
+    line = re.sub(r"'[^']*'|\"[^\"]*\"", '""', line)
+    return line.split("#")[0]
+
+
+def writes(text: str, fields: list[str]):
+    """(line number, function, field) of every write of one of fields in a file's text, through
+    a name the function types as the core type (or a method's self); function is
+    'Class.method', 'name' or None at module level."""
+    alt = "|".join(map(re.escape, fields))
+    assign = re.compile(rf"(?<![\w.])(\w+)\.({alt})\b(?={_ASSIGN})")
+    address = re.compile(rf"(<\s*const\b[^>]*>\s*)?&\s*\(?(\w+)\.({alt})\b")
+    dest = re.compile(rf"\b(?:memcpy|memset|memmove)\s*\(\s*(?:<[^>]*>\s*)?(\w+)\.({alt})\b")
+    cls = func = None
+    typed: set[str] = set()     # the names the current function types as the core type
+    in_string = False
+    for number, line in enumerate(text.splitlines(), 1):
+        odd = line.count('"""') % 2 == 1
+        if in_string:
+            in_string ^= odd
+            continue
+        in_string = odd and not line.lstrip().startswith("#")
+        if in_string:
+            continue
+        code = _code(line)
+        indent = len(line) - len(line.lstrip())
+        if code.strip() and indent == 0:
+            c = re.match(r"cdef\s+(?:public\s+|api\s+)*class\s+(\w+)", code)
+            d = _DEF.match(code)
+            cls, func = (c.group(1), None) if c else (None, d.group(1) if d else None)
+            typed = set()
+        elif cls and code.strip() and indent == 4:
+            d = _DEF.match(code.strip())
+            func = f"{cls}.{d.group(1)}" if d else None
+            typed = {"self"} if cls == _CORE_TYPE else set()
+        typed |= set(re.findall(rf"\b{_CORE_TYPE}\s+(\w+)", code))
+        for m in assign.finditer(code):
+            if m.group(1) in typed:
+                yield number, func, m.group(2)
+        for m in address.finditer(code):
+            if not m.group(1) and m.group(2) in typed:
+                yield number, func, m.group(3)
+        for m in dest.finditer(code):
+            if m.group(1) in typed:
+                yield number, func, m.group(2)
+
+
+def _owns(owner: str, path: str, func: str | None) -> bool:
+    """Whether owner (a directory, a file, a class, a function or a method) covers a write in
+    func of path."""
+    if owner.endswith("/"):
+        return path.startswith(owner)
+    if owner.endswith((".pxi", ".pyx")):
+        return path == owner
+    return func is not None and owner in (func, func.split(".")[0])
+
+
+def stray_writes(src: Path) -> dict[str, list[str]]:
+    """group -> each write of its fields outside its owners ('file:line: field in func')."""
+    files = ["_core.pyx", *includes(src / "_core.pyx")]
+    found: dict[str, list[str]] = {}
+    for group, (fields, owners) in groups(src).items():
+        found[group] = []
+        for f in files:
+            for number, func, field in writes((src / f).read_text(), fields):
+                if not any(_owns(o, f, func) for o in owners):
+                    found[group].append(f"{f}:{number}: {field} in {func or 'module code'}")
+    return found
+
+
 def main(argv: list[str]) -> int:
     src = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "src/dlpack"
     found = problems(src)
     for line in found:
         print(f"include graph: {line}")
+    stray = stray_writes(src)
+    declared = groups(src)
+    for group, lines in stray.items():
+        for line in lines:
+            print(f"include graph: {line}: a field of group {group} written outside its "
+                  "owners")
+    counts = ", ".join(f"{g} {len({w.split()[1] for w in lines})} of "
+                       f"{len(declared[g][0])} ({len(lines)} writes)"
+                       for g, lines in stray.items())
     files = includes(src / "_core.pyx")
-    print(f"include graph: {len(files)} files, {len(found)} problems")
-    return 1 if found else 0
+    total = len(found) + sum(map(len, stray.values()))
+    print(f"include graph: {len(files)} files, {total} problems; fields written outside their "
+          f"owners: {counts or 'no groups declared'}")
+    return 1 if total else 0
 
 
 if __name__ == "__main__":

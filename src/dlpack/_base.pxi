@@ -3,21 +3,8 @@
 # names).
 
 cdef enum:
-    INLINE_DIMS = 6          # shape + strides of up to 6 dimensions live inside the object
     MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
 
-cdef struct Layout:              # what DLPackObject._validate derives, with overflow checks
-    int64_t count                   # elements
-    int64_t nbytes                  # bytes they occupy (packed sub-byte types rounded up)
-    int64_t itemsize                # bytes per element (1 for packed sub-byte types)
-    bint c_contig                   # C-contiguous (strides never applied are normalised)
-    bint f_contig                   # Fortran-contiguous
-
-
-cdef enum Strides:           # what a reader left in dl.strides for _validate
-    STRIDES_ELEMENTS         # element strides (DLPack's unit)
-    STRIDES_BYTES            # byte strides (array interfaces, buffers): divided by the item size
-    STRIDES_C                # none given: C-contiguous, filled in once the shape is validated
 
 cdef inline bint _ndim_in_range(Py_ssize_t ndim) noexcept nogil:
     return 0 <= ndim <= MAX_NDIM

@@ -21,8 +21,8 @@ cdef DLPackObject _asdlpack_impl_cls(object obj, object impl_cls, bint allow_leg
 cdef DLPackObject _plain_kind(DLPackObject r, bint versioned):
     """r, or a second view of its memory, whose plain __dlpack__() gives the capsule kind asked."""
     if r._plain_versioned != versioned:
-        r = _share(r, r._legacy_readonly, False)
-        r._plain_versioned = versioned
+        r = _share(r, r._legacy_readonly, False, False)
+        _set_plain_kind(r, versioned)
     return r
 
 
@@ -50,5 +50,5 @@ def _asdlpack_via(obj, str protocol, bint versioned=False):
         raise
     except Exception as e:
         raise _as_refusal(protocol, e)
-    r._plain_versioned = versioned
+    _set_plain_kind(r, versioned)
     return r

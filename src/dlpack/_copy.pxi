@@ -255,20 +255,21 @@ cdef int _gather(char *dst, const char *data, DLPackObject src,
     given, e.g. a staging copy's), into dst in C order; large copies without the GIL.
 
     Packed sub-byte arrays are always C-contiguous (_validate refuses others): copied as their
-    nbytes. Others move whole items of src.lay.itemsize bytes.
+    nbytes. Others move whole items of src.desc.layout.itemsize bytes.
     """
     cdef _Plan p
-    cdef int64_t one = 1
+    cdef int64_t one = 1, nbytes = src.desc.layout.nbytes
     cdef int failed
     cdef PyThreadState *released = NULL
-    if src.lay.count == 0:
+    if src.desc.layout.count == 0:
         return 0
-    if strides == NULL and src.lay.c_contig:
-        _plan(&p, 1, &src.lay.nbytes, &one, 1)
+    if strides == NULL and src.desc.layout.c_contig:
+        _plan(&p, 1, &nbytes, &one, 1)
     else:
-        _plan(&p, src.dl.ndim, src.dl.shape,
-              <const int64_t *>src.dl.strides if strides == NULL else strides, src.lay.itemsize)
-    if src.lay.nbytes < NOGIL_BYTES:
+        _plan(&p, src.desc.dl.ndim, src.desc.dl.shape,
+              <const int64_t *>src.desc.dl.strides if strides == NULL else strides,
+              src.desc.layout.itemsize)
+    if src.desc.layout.nbytes < NOGIL_BYTES:
         return _walk(&p, dst, data, &released)
     if PyThread_get_thread_ident() != _threading.main_thread().ident:
         with nogil:                 # no signal handlers run here: nothing to check

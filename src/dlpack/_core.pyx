@@ -53,6 +53,13 @@ cdef extern from *:
     bint PyObject_GC_IsTracked(object)
 
 
+cdef int _refuse_byte_offset(str protocol, uint64_t byte_offset, uintptr_t data) except -1:
+    """A DLTensor's byte_offset that moves data outside the address space (out of line: the
+    describing routine stays small enough to inline)."""
+    raise Refusal(f"{protocol}: field 'byte_offset' = {byte_offset} moves the data "
+                  f"pointer {data:#x} outside the address space")
+
+
 cdef inline DLPackObject _new_object():
     """A blank DLPackObject for a reader to fill, unreachable from Python code until _publish
     (docs/spec.md §7): Python cannot construct one (_seal), and the collector does not list it
@@ -80,95 +87,42 @@ cdef class DLPackObject:
     (``base``) alive, and the provider's buffer held, until it and every tensor it exported are
     gone; read-only data stays read-only for every consumer that can say so.
     """
-    # The fields in groups, each with the files meant to write it (docs/spec.md §1). Today
-    # also written elsewhere, to be moved to the owner (counted by field, file):
-    #   description: dl, _flags, lay, _inline -- the readers (_in/) and _validate; also
-    #     _own.pxi (adopting a tensor), _out/pickle.pxi (unpickling), _copy.pxi (lay), _share
-    #   ownership: _view, _has_view, _managed, _managed_versioned, _base, _keep -- _own.pxi;
-    #     also every reader (_base, _keep, _view) and _core.pyx (_share, _release_view)
-    #   producer sync: _stream, _work_api, _resync, _event (one set at most; _sync_for and
-    #     _export_device_copy each write the precedence) -- the readers that meet a producer's
-    #     stream (_in/dlpack, _in/array_interface, _in/arrow); also _share and _own.pxi
-    #   export options: _legacy_import, _legacy_readonly, _plain_versioned -- _core.pyx,
-    #     _own.pxi; caches: _pydims (_out/buffer.pxi), _shape_t (the shape property)
-    cdef DLTensor dl                    # the description; data already includes byte_offset
-    cdef uint64_t _flags                # READ_ONLY and IS_SUBBYTE_TYPE_PADDED
-    cdef Layout lay                     # what _validate derives from shape, strides and dtype
-    cdef int64_t _inline[2 * INLINE_DIMS]
-    cdef Py_ssize_t *_pydims            # shape + byte strides for buffer export, built lazily
-    cdef HeldBuffer _view               # the provider's buffer, when one was taken
-    cdef bint _has_view
-    cdef void *_managed                 # the provider's DLPack struct we own, if any
-    cdef bint _managed_versioned
-    cdef bint _legacy_import            # from an unversioned capsule: read-only unless declared
-    cdef bint _legacy_readonly          # the user allows legacy export of read-only data
-    # __dlpack__() without max_version gives a versioned capsule (0.2.1's impl_cls;
-    # docs/migration.md).
-    cdef bint _plain_versioned
-    cdef uint8_t _pickle_mode           # how CUDA data pickles (PICKLE_*, docs/spec.md §11)
-    cdef object _base
-    cdef object _keep                   # a second object to keep alive (__array_struct__ capsule)
-    cdef uintptr_t _stream              # CUDA: stream the producer's work is on (0: no sync)
-    cdef DLPackExchangeAPI *_work_api   # or the producer's API, asked for its current stream
-    cdef object _resync                 # or the device __dlpack__ provider to re-ask
-    cdef void *_event                   # or an Arrow producer's sync_event (a CUevent)
-    cdef object _shape_t
-    cdef object __weakref__
+    # The fields are declared in _core.pxd in four groups and the caches, each written only by
+    # its owners (docs/spec.md §1; .ci/include_graph.py checks it):
+    #   desc (Description: dl, flags, layout, inline_dims) -- the readers (_in/) and this
+    #     class's methods (_alloc_dims, _validate; _describe_tensor fills it from a foreign
+    #     DLTensor, _describe_as from another object, _declare_writable clears READ_ONLY)
+    #   ownership (_view, _has_view, _managed, _managed_versioned, _base, _kept_alive) --
+    #     _own.pxi (_hold_buffer, _own_base, _keep_alive, _adopt, _release_owned)
+    #   sync (ProducerSync: kind + stream/work_api/event) and _sync_provider -- _cuda.pxi
+    #     (the _sync_* setters); _producer_ready is the one reading of it
+    #   export policy (_legacy_import, _legacy_readonly, _plain_versioned, _pickle_mode) --
+    #     _set_policy, _set_plain_kind, _set_legacy_import, _set_pickle_mode
+    #   caches: _pydims (_fill_buffer), _shape_t (the shape property)
 
     def __cinit__(self):
-        self.dl.shape = self._inline
+        self.desc.dl.shape = self.desc.inline_dims
 
     def __init__(self, *args, **kwargs):
         raise TypeError(_UNMADE)
 
     def __dealloc__(self):
-        self._release_view()
-        if self._managed != NULL:
-            _delete_managed(self._managed, self._managed_versioned)
-            self._managed = NULL
-        if self.dl.shape != self._inline:
-            free(self.dl.shape)
+        _release_owned(self)
+        if self.desc.dl.shape != self.desc.inline_dims:
+            free(self.desc.dl.shape)
         free(self._pydims)
 
-    cdef void _release_view(self) noexcept:
-        """Give the provider's buffer back (on death: see _hold_buffer)."""
-        if self._has_view:
-            self._has_view = False
-            PyBuffer_Release(<Py_buffer *>&self._view)
-
-    cdef int _hold_buffer(self, object exporter, int flags, str protocol, str field,
-                          str way_out) except -1:
-        """Take exporter's buffer into _view, held until the object dies (a bytearray cannot
-        resize meanwhile). Every reader that takes one goes through here: nothing else
-        references the object until its reader returns it, so a reader that refuses drops
-        it and __dealloc__ gives the buffer back at once, before the refusal propagates (the
-        exporter may be in a cycle the GC clears later).
-
-        When the exporter gives none, the refusal names protocol, field and way out; the
-        exporter's own words are added where the request leaves the reason open (strides and
-        format: NumPy's long double in non-native order, say), not to a C-contiguous one."""
-        try:
-            PyObject_GetBuffer(exporter, <Py_buffer *>&self._view, flags)
-        except (BufferError, TypeError, ValueError) as e:
-            where = f"field '{field}' = " if field else ""
-            what = ("C-contiguous buffer" if flags == PyBUF_SIMPLE else
-                    f"buffer with strides and format: {type(e).__name__}: {e}")
-            raise Refusal(f"{protocol}: {where}{type(exporter).__name__} object gives no "
-                          f"{what}{way_out}") from e
-        self._has_view = True
-        return 0
-
-    # -- construction: readers call _alloc_dims, fill shape and strides, then _validate --------
+    # -- the description: readers call _alloc_dims, fill shape and strides, then _validate ------
 
     cdef int _alloc_dims(self, Py_ssize_t ndim, str protocol) except -1:
         _check_dims(protocol, "ndim", ndim, True)
         if ndim > INLINE_DIMS:
-            self.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
-            if self.dl.shape == NULL:
-                self.dl.shape = self._inline
+            self.desc.dl.shape = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
+            if self.desc.dl.shape == NULL:
+                self.desc.dl.shape = self.desc.inline_dims
                 raise MemoryError()
-        self.dl.ndim = <int32_t>ndim
-        self.dl.strides = self.dl.shape + ndim
+        self.desc.dl.ndim = <int32_t>ndim
+        self.desc.dl.strides = self.desc.dl.shape + ndim
         return 0
 
     cdef int _validate(self, str protocol, Strides given, int64_t offset,
@@ -181,63 +135,64 @@ cdef class DLPackObject:
         Strides that are never applied are normalised to C-contiguous ones, so no exporter
         multiplies an arbitrary value: those of extent-1 dimensions, and all of an empty array.
         """
-        cdef int i, n = self.dl.ndim
+        cdef int i, n = self.desc.dl.ndim
         cdef int64_t isz, lo = 0, hi = 0, expect, end
         cdef bint packed, c = True, f = True
-        cdef uintptr_t address = <uintptr_t>self.dl.data
-        cdef SizeError err = _item_storage(self.dl.dtype, self._flags & FLAG_SUBBYTE_PADDED,
-                                           &isz, &packed)
+        cdef uintptr_t address = <uintptr_t>self.desc.dl.data
+        cdef SizeError err = _item_storage(self.desc.dl.dtype,
+                                           self.desc.flags & FLAG_SUBBYTE_PADDED, &isz, &packed)
         if err:
-            raise Refusal(_size_message(protocol, err, self.dl.dtype))
-        if not _known_device(self.dl.device.device_type):
-            _unknown_device(protocol, self.dl.device)
-        if self.dl.device.device_type == kDLCPU:
-            self.dl.device.device_id = 0    # the host is one device, whatever id a producer set
-        err = _element_count(n, self.dl.shape, &self.lay.count)
+            raise Refusal(_size_message(protocol, err, self.desc.dl.dtype))
+        if not _known_device(self.desc.dl.device.device_type):
+            _unknown_device(protocol, self.desc.dl.device)
+        if self.desc.dl.device.device_type == kDLCPU:
+            self.desc.dl.device.device_id = 0   # the host is one device, whatever id was set
+        err = _element_count(n, self.desc.dl.shape, &self.desc.layout.count)
         if err == SIZE_OK:
-            err = _byte_size(self.lay.count, self.dl.dtype, isz, packed, &self.lay.nbytes)
+            err = _byte_size(self.desc.layout.count, self.desc.dl.dtype, isz, packed,
+                             &self.desc.layout.nbytes)
         if err:
-            raise Refusal(_size_message(protocol, err, self.dl.dtype, self.shape))
-        self.lay.itemsize = isz
-        if given == STRIDES_C or self.lay.count == 0:
-            _c_strides(n, self.dl.shape, self.dl.strides)
-            if self.lay.count == 0:
-                self.lay.c_contig = self.lay.f_contig = True
+            raise Refusal(_size_message(protocol, err, self.desc.dl.dtype, self.shape))
+        self.desc.layout.itemsize = isz
+        if given == STRIDES_C or self.desc.layout.count == 0:
+            _c_strides(n, self.desc.dl.shape, self.desc.dl.strides)
+            if self.desc.layout.count == 0:
+                self.desc.layout.c_contig = self.desc.layout.f_contig = True
                 _publish(self)
                 return 0
         elif given == STRIDES_BYTES:
             for i in range(n):
-                if self.dl.shape[i] == 1:
+                if self.desc.dl.shape[i] == 1:
                     continue                    # normalised below
-                if packed or self.dl.strides[i] % isz:
+                if packed or self.desc.dl.strides[i] % isz:
                     raise Refusal(
                         f"{protocol}: field 'strides' = {self._raw_strides()} bytes: "
-                        f"{self.dl.strides[i]} is not a multiple of the item size {isz} "
+                        f"{self.desc.dl.strides[i]} is not a multiple of the item size {isz} "
                         "(a field of a structured array?)")
             for i in range(n):                  # after every check: refusals name raw bytes
-                if self.dl.shape[i] != 1:
-                    self.dl.strides[i] //= isz
+                if self.desc.dl.shape[i] != 1:
+                    self.desc.dl.strides[i] //= isz
         expect = 1
         for i in range(n - 1, -1, -1):
-            if self.dl.shape[i] == 1:
-                self.dl.strides[i] = expect
-            elif self.dl.strides[i] != expect:
+            if self.desc.dl.shape[i] == 1:
+                self.desc.dl.strides[i] = expect
+            elif self.desc.dl.strides[i] != expect:
                 c = False
-            expect *= self.dl.shape[i]
+            expect *= self.desc.dl.shape[i]
         expect = 1
         for i in range(n):
-            if self.dl.shape[i] != 1 and self.dl.strides[i] != expect:
+            if self.desc.dl.shape[i] != 1 and self.desc.dl.strides[i] != expect:
                 f = False
-            expect *= self.dl.shape[i]
+            expect *= self.desc.dl.shape[i]
         if packed and not c:
             raise Refusal(f"{protocol}: field 'strides' = {self.strides}: a packed "
                           f"{self.dtype.name} array must be C-contiguous (elements share "
                           "bytes)")
-        if self.dl.data == NULL:
+        if self.desc.dl.data == NULL:
             raise Refusal(f"{protocol}: field 'data' is NULL for a non-empty array")
         if packed:
-            hi = self.lay.nbytes
-        elif _span_of(n, self.dl.shape, self.dl.strides, isz, &lo, &hi):
+            hi = self.desc.layout.nbytes
+        elif _span_of(n, self.desc.dl.shape, self.desc.dl.strides, isz, &lo, &hi):
             raise Refusal(self._span_message(protocol, "the address space"))
         if (lo < 0 and address < <uintptr_t>0 - <uint64_t>lo) or (
                 <uintptr_t>-1 - address < <uint64_t>hi):
@@ -246,17 +201,57 @@ cdef class DLPackObject:
                            or _add_ovf(offset, hi, &end) or end > bound):
             raise Refusal(self._span_message(
                 protocol, f"the {bound}-byte buffer given in 'data' (offset {offset})"))
-        self.lay.c_contig = c
-        self.lay.f_contig = f
+        self.desc.layout.c_contig = c
+        self.desc.layout.f_contig = f
         _publish(self)
         return 0
 
     cdef tuple _raw_strides(self):
-        return tuple([self.dl.strides[i] for i in range(self.dl.ndim)])
+        return tuple([self.desc.dl.strides[i] for i in range(self.desc.dl.ndim)])
 
     cdef str _span_message(self, str protocol, str where):
         return (f"{protocol}: the array (shape {self.shape}, strides {self.strides} elements of "
-                f"{self.lay.itemsize} bytes) reaches outside {where}")
+                f"{self.desc.layout.itemsize} bytes) reaches outside {where}")
+
+    cdef inline int _describe_tensor(self, const DLTensor *t, uint64_t flags, str protocol,
+                                     int64_t offset, int64_t bound) except -1:
+        """Describe a foreign DLTensor header t (copied by the caller, before any Python code
+        could change it) with flags, then _validate it; byte_offset is added to data, checked.
+        offset and bound as _validate's (bound -1: no buffer to lie in)."""
+        cdef uintptr_t data = <uintptr_t>t.data
+        _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
+        self._alloc_dims(t.ndim, protocol)
+        if t.ndim > 0:                  # memcpy from NULL is undefined even for 0 bytes
+            memcpy(self.desc.dl.shape, t.shape, t.ndim * sizeof(int64_t))
+            if t.strides != NULL:
+                memcpy(self.desc.dl.strides, t.strides, t.ndim * sizeof(int64_t))
+        self.desc.flags = flags
+        if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
+            _refuse_byte_offset(protocol, t.byte_offset, data)
+        self.desc.dl.data = <void *>(data + t.byte_offset)
+        self.desc.dl.device = t.device
+        self.desc.dl.dtype = t.dtype
+        return self._validate(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS,
+                              offset, bound)
+
+    cdef int _describe_as(self, DLPackObject src, bint on_host) except -1:
+        """The description of src, validated there (one struct copy; shape and strides then
+        point into self); on_host: as CPU memory (pinned or managed memory the host reads)."""
+        cdef int64_t *dims
+        self._alloc_dims(src.desc.dl.ndim, "asdlpack")
+        dims = self.desc.dl.shape
+        self.desc = src.desc
+        self.desc.dl.shape = dims
+        self.desc.dl.strides = dims + src.desc.dl.ndim
+        memcpy(dims, src.desc.dl.shape, 2 * src.desc.dl.ndim * sizeof(int64_t))
+        if on_host:
+            self.desc.dl.device.device_type = kDLCPU
+            self.desc.dl.device.device_id = 0
+        return 0
+
+    cdef void _declare_writable(self) noexcept:
+        """The user declared an unversioned capsule's memory writable (legacy_writable)."""
+        self.desc.flags &= ~(<uint64_t>FLAG_READ_ONLY)
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -264,53 +259,54 @@ cdef class DLPackObject:
     def shape(self):
         """Extent of each dimension."""
         if self._shape_t is None:
-            self._shape_t = tuple([self.dl.shape[i] for i in range(self.dl.ndim)])
+            self._shape_t = tuple([self.desc.dl.shape[i] for i in range(self.desc.dl.ndim)])
         return self._shape_t
 
     @property
     def strides(self):
         """Step of each dimension, in elements (DLPack's unit)."""
-        return tuple([self.dl.strides[i] for i in range(self.dl.ndim)])
+        return tuple([self.desc.dl.strides[i] for i in range(self.desc.dl.ndim)])
 
     @property
     def dtype(self):
         """The element type (a ``DType``: code, bits, lanes, name)."""
-        return _types.dtype(self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
+        cdef DLDataType t = self.desc.dl.dtype
+        return _types.dtype(t.code, t.bits, t.lanes)
 
     @property
     def device(self):
         """``(DLDeviceType, device_id)`` of the memory."""
-        return _device_tuple(self.dl.device)
+        return _device_tuple(self.desc.dl.device)
 
     @property
     def ndim(self):
         """Number of dimensions."""
-        return self.dl.ndim
+        return self.desc.dl.ndim
 
     @property
     def size(self):
         """Number of elements."""
-        return self.lay.count
+        return self.desc.layout.count
 
     @property
     def nbytes(self):
         """Bytes the elements occupy (``size * itemsize``; packed sub-byte types rounded up)."""
-        return self.lay.nbytes
+        return self.desc.layout.nbytes
 
     @property
     def itemsize(self):
         """Bytes per element (1 for packed sub-byte types)."""
-        return self.lay.itemsize
+        return self.desc.layout.itemsize
 
     @property
     def readonly(self):
         """True when the provider marked the memory immutable."""
-        return bool(self._flags & FLAG_READ_ONLY)
+        return bool(self.desc.flags & FLAG_READ_ONLY)
 
     @property
     def data_ptr(self):
         """Address of the first element."""
-        return <uintptr_t>self.dl.data
+        return <uintptr_t>self.desc.dl.data
 
     @property
     def base(self):
@@ -320,16 +316,16 @@ cdef class DLPackObject:
     @property
     def flags(self):
         """DLPack flag bits describing the data (READ_ONLY, IS_SUBBYTE_TYPE_PADDED)."""
-        return self._flags
+        return self.desc.flags
 
     @property
     def c_contiguous(self):
         """True when the elements are laid out in C (row-major) order without gaps."""
-        return self.lay.c_contig
+        return self.desc.layout.c_contig
 
     def __dlpack_device__(self):
         """``(DLDeviceType, device_id)`` of the memory, as DLPack consumers ask for it."""
-        return _device_tuple(self.dl.device)
+        return _device_tuple(self.desc.dl.device)
 
     def on_host(self):
         """The same pinned or managed CUDA memory as a CPU object, once the producer's work is
@@ -338,25 +334,25 @@ cdef class DLPackObject:
         return _on_host(self)
 
     def __repr__(self):
-        ro = ", readonly" if self._flags & FLAG_READ_ONLY else ""
+        ro = ", readonly" if self.desc.flags & FLAG_READ_ONLY else ""
         how = (f", pickled={(<_Received>self._base).how}" if type(self._base) is _Received
                else "")
         return (f"DLPackObject(shape={self.shape}, dtype={self.dtype.name}, "
-                f"device={_device_name(self.dl.device)}{ro}{how})")
+                f"device={_device_name(self.desc.dl.device)}{ro}{how})")
 
     def __iter__(self):
         """Elements of 1-D CPU data (so ``array.array('d', dl)`` works without NumPy)."""
-        if self.dl.ndim != 1:
-            raise TypeError(f"iterating a DLPackObject needs 1-D data, not {self.dl.ndim}-D; "
+        if self.desc.dl.ndim != 1:
+            raise TypeError(f"iterating a DLPackObject needs 1-D data, not {self.desc.dl.ndim}-D; "
                             "use memoryview(dl).tolist()")
         return iter(memoryview(self))
 
     def __len__(self):
         """Extent of the first axis, as NumPy's ``len(a)`` (pandas asks it before ``__array__``;
         0-d data has none)."""
-        if self.dl.ndim == 0:
+        if self.desc.dl.ndim == 0:
             raise TypeError("len() of 0-d data")
-        return self.dl.shape[0]
+        return self.desc.dl.shape[0]
 
     def __bool__(self):
         """Always true, whatever ``len`` is: a view is an object, not a container to test."""
@@ -422,24 +418,18 @@ _install_dlpack_method(DLPackObject)
 _seal(DLPackObject, _UNMADE)
 
 
-cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable):
-    """A second view of src's memory with its own export policy; src stays the owner."""
+cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_writable,
+                         bint on_host):
+    """A second view of src's memory with its own export policy; src stays the owner. on_host:
+    a CPU view of pinned or managed memory, already waited for (nothing more to order)."""
     cdef DLPackObject r = _new_object()
-    r._alloc_dims(src.dl.ndim, "asdlpack")
-    memcpy(r.dl.shape, src.dl.shape, 2 * src.dl.ndim * sizeof(int64_t))
-    r.dl.data = src.dl.data
-    r.dl.device = src.dl.device
-    r.dl.dtype = src.dl.dtype
-    r._flags = src._flags
-    r.lay = src.lay
-    r._stream = src._stream
-    r._work_api = src._work_api
-    r._resync = src._resync
-    r._event = src._event
-    r._base = src
-    r._legacy_import = src._legacy_import
-    r._plain_versioned = src._plain_versioned
-    r._pickle_mode = src._pickle_mode
+    r._describe_as(src, on_host)
+    if not on_host:
+        _sync_as(r, src)
+    _own_base(r, src)
+    _set_legacy_import(r, src._legacy_import)
+    _set_plain_kind(r, src._plain_versioned)
+    _set_pickle_mode(r, src._pickle_mode)
     _set_policy(r, legacy_readonly, legacy_writable)
     _publish(r)
     return r
@@ -447,30 +437,40 @@ cdef DLPackObject _share(DLPackObject src, bint legacy_readonly, bint legacy_wri
 
 cdef DLPackObject _on_host(DLPackObject self):
     """DLPackObject.on_host: a CPU view of memory the host reads in place, after its wait."""
-    cdef int32_t kind = self.dl.device.device_type
+    cdef int32_t kind = self.desc.dl.device.device_type
     if kind == kDLCPU:
         return self
     if not _in_place_on_host(kind):
-        raise Refusal(f"on_host: the data is on {_device_name(self.dl.device)}, which the CPU "
-                      "cannot read in place; ask for a host copy with "
+        raise Refusal(f"on_host: the data is on {_device_name(self.desc.dl.device)}, which the "
+                      "CPU cannot read in place; ask for a host copy with "
                       f"__dlpack__(dl_device=({kDLCPU}, 0)) (numpy.from_dlpack(x, "
                       "device='cpu'))")
     _sync_for(self, None, True)
-    cdef DLPackObject r = _share(self, self._legacy_readonly, False)
-    r.dl.device.device_type = kDLCPU
-    r.dl.device.device_id = 0
-    r._stream = 0                       # waited for: nothing more to order on the host
-    r._work_api = NULL
-    r._resync = None
-    r._event = NULL
-    return r
+    return _share(self, self._legacy_readonly, False, True)
 
 
 cdef inline void _set_policy(DLPackObject r, bint legacy_readonly,
                              bint legacy_writable) noexcept:
+    """The export policy asdlpack's arguments ask for (legacy_writable also clears an
+    unversioned capsule's read-only default from the description)."""
     r._legacy_readonly = legacy_readonly
     if legacy_writable and r._legacy_import:
-        r._flags &= ~(<uint64_t>FLAG_READ_ONLY)
+        r._declare_writable()
+
+
+cdef inline void _set_plain_kind(DLPackObject r, bint versioned) noexcept:
+    """Whether a plain __dlpack__() gives a versioned capsule (0.2.1's impl_cls)."""
+    r._plain_versioned = versioned
+
+
+cdef inline void _set_pickle_mode(DLPackObject r, int mode) noexcept:
+    """How CUDA data pickles: asdlpack's cuda_pickle, as a PICKLE_* value (spec §11)."""
+    r._pickle_mode = <uint8_t>mode
+
+
+cdef inline void _set_legacy_import(DLPackObject r, bint legacy) noexcept:
+    """Whether the memory came in an unversioned capsule (read-only unless declared)."""
+    r._legacy_import = legacy
 
 
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
@@ -498,11 +498,11 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
-                legacy_writable and r._legacy_import and r._flags & FLAG_READ_ONLY
+                legacy_writable and r._legacy_import and r.desc.flags & FLAG_READ_ONLY
         ) and r._pickle_mode == mode:
             return r
-        r = _share(r, allow_legacy_readonly, legacy_writable)
-        r._pickle_mode = mode
+        r = _share(r, allow_legacy_readonly, legacy_writable, False)
+        _set_pickle_mode(r, mode)
         return r
     if t is bytes:
         r = _from_bytes(obj)
@@ -521,7 +521,7 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     else:
         r = _walk_protocols(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
-    r._pickle_mode = mode
+    _set_pickle_mode(r, mode)
     return r
 
 
@@ -541,7 +541,7 @@ def todict(obj):
     version.major = DLPACK_MAJOR
     version.minor = DLPACK_MINOR
     d = asdlpack(obj)
-    out = _tensor_dict(&d.dl, &version, d._flags, "asdlpack")
+    out = _tensor_dict(<const DLTensor *>&d.desc.dl, &version, d.desc.flags, "asdlpack")
     if type(d._base) is _Received:      # unpickled CUDA data: how it came (spec §11)
         out["pickled"] = (<_Received>d._base).how
     return out

@@ -45,23 +45,6 @@ from dlpack import _types
 from dlpack._types import DLDeviceType, Refusal
 
 cdef extern from "Python.h":
-    # Py_buffer under a name Cython does not special-case: for a Py_buffer member it generates
-    # a tp_traverse that shows the exporter to the GC and a tp_clear that drops view.obj without
-    # releasing the buffer, so a garbage cycle through a view freed the exporter (a bytearray)
-    # with a live export, or had CPython clear a memoryview that still had one (a crash). Held
-    # this way, the exporter looks referenced from outside until the view is released (NumPy's
-    # arrays, which the GC does not track, hold their buffers the same way).
-    ctypedef struct HeldBuffer "Py_buffer":
-        void *buf
-        PyObject *obj
-        Py_ssize_t len
-        Py_ssize_t itemsize
-        int readonly
-        int ndim
-        char *format
-        Py_ssize_t *shape
-        Py_ssize_t *strides
-        Py_ssize_t *suboffsets
     enum:
         Py_TPFLAGS_HEAPTYPE
     void _decref_held "Py_DecRef"(PyObject *) nogil     # only called with the GIL held

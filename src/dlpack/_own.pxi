@@ -152,8 +152,7 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
     cdef DLPackObject r
     cdef DLTensor t
     cdef DLPackVersion version
-    cdef uint64_t flags = 0
-    cdef uintptr_t data
+    cdef uint64_t flags = FLAG_READ_ONLY
     if m == NULL:
         raise Refusal(f"{protocol}: the managed tensor pointer is NULL")
     r = _new_object()
@@ -169,37 +168,58 @@ cdef DLPackObject _adopt(void *m, bint versioned, object base, str protocol):
                           f"{version.minor} has a newer major version than this pydlpack "
                           f"implements ({DLPACK_MAJOR}.{DLPACK_MINOR}); upgrade pydlpack")
         t = (<DLManagedTensorVersioned *>m).dl_tensor
-        flags = (<DLManagedTensorVersioned *>m).flags
+        flags = (<DLManagedTensorVersioned *>m).flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
     else:
         t = (<DLManagedTensor *>m).dl_tensor
-    _copy_dims(r, &t, protocol)
-    if versioned:
-        r._flags = flags & (FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED)
-    else:
-        r._flags = FLAG_READ_ONLY
-        r._legacy_import = True
-    data = <uintptr_t>t.data
-    if t.byte_offset > <uint64_t>INT64_MAX or <uintptr_t>-1 - data < t.byte_offset:
-        raise Refusal(f"{protocol}: field 'byte_offset' = {t.byte_offset} moves the data "
-                      f"pointer {data:#x} outside the address space")
-    r.dl.data = <void *>(data + t.byte_offset)
-    r.dl.device = t.device
-    r.dl.dtype = t.dtype
+        _set_legacy_import(r, True)
     if _cuda_kind(t.device.device_type):
-        r._stream = 1        # the producer synchronised to the legacy default stream for us
-    r._validate(protocol, STRIDES_C if t.strides == NULL else STRIDES_ELEMENTS, 0, -1)
+        _sync_on_stream(r, CU_STREAM_LEGACY)    # the producer synchronised to it for us
+    r._describe_tensor(&t, flags, protocol, 0, -1)
     return r
 
 
-cdef int _copy_dims(DLPackObject self, const DLTensor *t, str protocol) except -1:
-    """Copy the shape and strides (if any) of a foreign DLTensor's header t into self."""
-    _check_dims(protocol, "ndim", t.ndim, t.shape != NULL)
-    self._alloc_dims(t.ndim, protocol)
-    if t.ndim > 0:                      # memcpy from NULL is undefined even for 0 bytes
-        memcpy(self.dl.shape, t.shape, t.ndim * sizeof(int64_t))
-        if t.strides != NULL:
-            memcpy(self.dl.strides, t.strides, t.ndim * sizeof(int64_t))
+cdef int _hold_buffer(DLPackObject self, object exporter, int flags, str protocol, str field,
+                      str way_out) except -1:
+    """Take exporter's buffer into self._view, held until the object dies (a bytearray cannot
+    resize meanwhile). Every reader that takes one goes through here: nothing else references
+    the object until its reader returns it, so a reader that refuses drops it and __dealloc__
+    gives the buffer back at once, before the refusal propagates (the exporter may be in a
+    cycle the GC clears later).
+
+    When the exporter gives none, the refusal names protocol, field and way out; the
+    exporter's own words are added where the request leaves the reason open (strides and
+    format: NumPy's long double in non-native order, say), not to a C-contiguous one."""
+    try:
+        PyObject_GetBuffer(exporter, <Py_buffer *>&self._view, flags)
+    except (BufferError, TypeError, ValueError) as e:
+        where = f"field '{field}' = " if field else ""
+        what = ("C-contiguous buffer" if flags == PyBUF_SIMPLE else
+                f"buffer with strides and format: {type(e).__name__}: {e}")
+        raise Refusal(f"{protocol}: {where}{type(exporter).__name__} object gives no "
+                      f"{what}{way_out}") from e
+    self._has_view = True
     return 0
+
+
+cdef inline void _own_base(DLPackObject self, object base) noexcept:
+    """The provider the view keeps alive (DLPackObject.base)."""
+    self._base = base
+
+
+cdef inline void _keep_alive(DLPackObject self, object kept) noexcept:
+    """What else the description points into, kept alive with the view: an __array_struct__
+    capsule, an interface's dicts, an Arrow import, an exchange API's capsule."""
+    self._kept_alive = kept
+
+
+cdef void _release_owned(DLPackObject self) noexcept:
+    """On death: give the provider's buffer back and the producer's struct to its deleter."""
+    if self._has_view:
+        self._has_view = False
+        PyBuffer_Release(<Py_buffer *>&self._view)
+    if self._managed != NULL:
+        _delete_managed(self._managed, self._managed_versioned)
+        self._managed = NULL
 
 
 # -- the export block: one allocation per exported tensor ---------------------------------------
@@ -241,16 +261,17 @@ cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:
 cdef void *_export(DLPackObject self, bint versioned, Export kind,
                    object owner=None) except NULL:
     """One malloc holds the managed struct, shape, strides and (host copies) the data."""
-    cdef int ndim = self.dl.ndim
+    cdef int ndim = self.desc.dl.ndim
     cdef size_t dims_at, data_at
     _block_layout(sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor),
                   ndim, &dims_at, &data_at)
-    cdef size_t nbytes = <size_t>self.lay.nbytes if kind == EXPORT_HOST_COPY else 0
+    cdef size_t nbytes = <size_t>self.desc.layout.nbytes if kind == EXPORT_HOST_COPY else 0
     cdef char *block
     cdef DLTensor *t
     cdef DLManagedTensorVersioned *mv
     if nbytes > <size_t>INT64_MAX - data_at:
-        raise MemoryError(f"__dlpack__: a copy of {self.lay.nbytes} bytes cannot be allocated")
+        raise MemoryError(f"__dlpack__: a copy of {self.desc.layout.nbytes} bytes cannot be "
+                          "allocated")
     if kind == EXPORT_HOST_COPY:
         block = <char *>_alloc_copy(data_at + nbytes)
     else:
@@ -262,28 +283,28 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
         mv.version.major = DLPACK_MAJOR
         mv.version.minor = DLPACK_MINOR
         mv.deleter = _versioned_deleter
-        mv.flags = (self._flags & FLAG_SUBBYTE_PADDED) | (
-            self._flags & FLAG_READ_ONLY if kind == EXPORT_VIEW else FLAG_IS_COPIED)
+        mv.flags = (self.desc.flags & FLAG_SUBBYTE_PADDED) | (
+            self.desc.flags & FLAG_READ_ONLY if kind == EXPORT_VIEW else FLAG_IS_COPIED)
     else:
         (<DLManagedTensor *>block).deleter = _legacy_deleter
     t = _block_tensor(block, versioned)
-    t[0] = self.dl
+    t[0] = self.desc.dl
     t.byte_offset = 0
     t.shape = <int64_t *>(block + dims_at)
     t.strides = t.shape + ndim
-    memcpy(t.shape, self.dl.shape, ndim * sizeof(int64_t))
+    memcpy(t.shape, self.desc.dl.shape, ndim * sizeof(int64_t))
     if kind == EXPORT_VIEW:
-        memcpy(t.strides, self.dl.strides, ndim * sizeof(int64_t))
+        memcpy(t.strides, self.desc.dl.strides, ndim * sizeof(int64_t))
         owner = self
     else:
-        _c_strides(ndim, self.dl.shape, t.strides)
+        _c_strides(ndim, self.desc.dl.shape, t.strides)
     if kind == EXPORT_HOST_COPY:
         t.data = _data_start(block, data_at)
         t.device.device_type = kDLCPU
         t.device.device_id = 0
-        if _host_accessible(self.dl.device.device_type):
+        if _host_accessible(self.desc.dl.device.device_type):
             try:
-                _gather(<char *>t.data, <const char *>self.dl.data, self)
+                _gather(<char *>t.data, <const char *>self.desc.dl.data, self)
             except BaseException:       # interrupted (a signal handler raised): nothing holds it
                 free(block)
                 raise
@@ -302,7 +323,8 @@ cdef void *_export(DLPackObject self, bint versioned, Export kind,
 
 cdef inline void _span(DLPackObject self, int64_t *lo, int64_t *hi) noexcept:
     """_span_of a validated non-empty array (_validate refused those that overflow)."""
-    _span_of(self.dl.ndim, self.dl.shape, self.dl.strides, self.lay.itemsize, lo, hi)
+    _span_of(self.desc.dl.ndim, self.desc.dl.shape, self.desc.dl.strides,
+             self.desc.layout.itemsize, lo, hi)
 
 
 # -- deleters and the capsule destructors --------------------------------------------------------

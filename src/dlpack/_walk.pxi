@@ -89,7 +89,8 @@ cdef class _Refusals:
                 code, bits, _ = _typestr(refused, self.obj, typestr, None)
             except BufferError:
                 code = bits = -1               # a type DLPack cannot carry: nothing agrees
-            if r.dl.dtype.code != code or r.dl.dtype.bits != bits or r.dl.dtype.lanes != 1:
+            if (r.desc.dl.dtype.code != code or r.desc.dl.dtype.bits != bits
+                    or r.desc.dl.dtype.lanes != 1):
                 raise Refusal(
                     f"{protocol}: would give the elements as {r.dtype.name}, but {refused} "
                     f"typed them as 'typestr' = {_types._shown(typestr)} and refused; no "

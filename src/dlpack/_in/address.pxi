@@ -50,9 +50,9 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
     (its first byte to one past its last), the elements described must fit in it (§2). An
     owner that exposes nothing (or other memory) leaves the address the caller's promise."""
     cdef Py_buffer view
-    cdef int64_t lo = 0, hi = r.lay.nbytes
+    cdef int64_t lo = 0, hi = r.desc.layout.nbytes
     cdef Py_ssize_t i
-    if r.lay.count == 0 or owner is None or not PyObject_CheckBuffer(owner):
+    if r.desc.layout.count == 0 or owner is None or not PyObject_CheckBuffer(owner):
         return 0
     try:
         PyObject_GetBuffer(owner, &view, PyBUF_FULL_RO)
@@ -75,16 +75,16 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
         what = f"({type(owner).__name__}, {end - start} bytes at {start:#x})"
     finally:
         PyBuffer_Release(&view)
-    a = <uintptr_t>r.dl.data
+    a = <uintptr_t>r.desc.dl.data
     if not start <= a <= end:
         return 0
-    if not r.lay.c_contig:
+    if not r.desc.layout.c_contig:
         _span(r, &lo, &hi)
     if a + lo < start or a + hi > end:
         over = (f"{a + hi - end} bytes past the end" if a + hi > end
                 else f"{start - a - lo} bytes before the start")
         raise Refusal(f"from_address: the array (shape {r.shape}, strides {r.strides} "
-                      f"elements of {r.lay.itemsize} bytes) spans bytes {lo} to {hi} from "
+                      f"elements of {r.desc.layout.itemsize} bytes) spans bytes {lo} to {hi} from "
                       f"address {a:#x}: {over} of the memory owner exposes {what}"
                       + ("; strides are in elements, not bytes" if strided else ""))
     return 0
@@ -116,19 +116,19 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     code, bits, lanes, flags = _types.dtype_fields(protocol, dtype)
     cdef DLDevice dev = _device_arg(device, a)
     r = _new_object()
-    r.dl.dtype.code = code
-    r.dl.dtype.bits = bits
-    r.dl.dtype.lanes = lanes
-    r.dl.data = <void *>a
-    r.dl.device = dev
-    r._flags = flags | (FLAG_READ_ONLY if readonly else 0)
+    r.desc.dl.dtype.code = code
+    r.desc.dl.dtype.bits = bits
+    r.desc.dl.dtype.lanes = lanes
+    r.desc.dl.data = <void *>a
+    r.desc.dl.device = dev
+    r.desc.flags = flags | (FLAG_READ_ONLY if readonly else 0)
     n = len(shape_t)
     r._alloc_dims(n, protocol)
     for i in range(n):
-        r.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
+        r.desc.dl.shape[i] = _ai_int(protocol, "shape", shape_t, i)
         if strides_t is not None:
-            r.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
-    r._base = owner
+            r.desc.dl.strides[i] = _ai_int(protocol, "strides", strides_t, i)
+    _own_base(r, owner)
     r._validate(protocol, STRIDES_C if strides_t is None else STRIDES_ELEMENTS, 0, -1)
     _within_owner(r, owner, strides_t is not None)
     return r

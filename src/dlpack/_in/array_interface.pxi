@@ -59,7 +59,7 @@ cdef int _ai_pointer(DLPackObject self, str protocol, object data) except -1:
         raise Refusal(f"{protocol}: field 'data' = {data!r}: the address is not an "
                       "int") from None
     try:
-        self.dl.data = <void *><uintptr_t>address
+        self.desc.dl.data = <void *><uintptr_t>address
     except OverflowError:
         raise Refusal(f"{protocol}: field 'data' = {data!r}: the address is out of "
                       "range") from None
@@ -71,7 +71,7 @@ cdef int _ai_pointer(DLPackObject self, str protocol, object data) except -1:
                       f"a {type(flag).__name__} object, has no truth value "
                       f"({type(e).__name__}: {e}); give True or False") from e
     if readonly:
-        self._flags |= FLAG_READ_ONLY
+        self.desc.flags |= FLAG_READ_ONLY
     return 0
 
 
@@ -85,14 +85,14 @@ cdef int64_t _ai_buffer(DLPackObject self, str protocol, object source,
         offset = PyNumber_Index(offset)
     except TypeError:
         raise Refusal(f"{protocol}: field 'offset' = {offset!r} is not an int") from None
-    self._hold_buffer(source, PyBUF_SIMPLE, protocol, "data",
-                      "; pass a contiguous one or an (address, readonly) tuple")
+    _hold_buffer(self, source, PyBUF_SIMPLE, protocol, "data",
+                 "; pass a contiguous one or an (address, readonly) tuple")
     if offset < 0 or offset > self._view.len:
         raise Refusal(f"{protocol}: field 'offset' = {offset} lies outside the "
                       f"{self._view.len}-byte buffer given in 'data'")
-    self.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>offset)  # buf may be NULL
+    self.desc.dl.data = <void *>(<uintptr_t>self._view.buf + <uintptr_t>offset)  # buf may be NULL
     if self._view.readonly:
-        self._flags |= FLAG_READ_ONLY
+        self.desc.flags |= FLAG_READ_ONLY
     return offset
 
 
@@ -145,17 +145,17 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
         given = STRIDES_BYTES
     data = d.get("data")
     r = _new_object()
-    r._keep = d if d is ai else (ai, d)  # what the interface keeps alive (NumPy's '__ref')
-    r.dl.dtype.code = code
-    r.dl.dtype.bits = bits
-    r.dl.dtype.lanes = 1
-    r._flags = flags
+    _keep_alive(r, d if d is ai else (ai, d))  # what the interface keeps alive (NumPy's '__ref')
+    r.desc.dl.dtype.code = code
+    r.desc.dl.dtype.bits = bits
+    r.desc.dl.dtype.lanes = 1
+    r.desc.flags = flags
     n = len(shape)
     r._alloc_dims(n, protocol)
     for i in range(n):
-        r.dl.shape[i] = _ai_int(protocol, "shape", shape, i)
+        r.desc.dl.shape[i] = _ai_int(protocol, "shape", shape, i)
         if strides is not None:
-            r.dl.strides[i] = _ai_int(protocol, "strides", strides, i)
+            r.desc.dl.strides[i] = _ai_int(protocol, "strides", strides, i)
     if isinstance(data, tuple):
         _ai_pointer(r, protocol, data)
     elif cuda:
@@ -163,11 +163,11 @@ cdef DLPackObject _from_interface_dict(object obj, object ai, str protocol, bint
     else:
         offset = _ai_buffer(r, protocol, obj if data is None else data, d.get("offset", 0))
         bound = r._view.len
-    r._base = obj
+    _own_base(r, obj)
     if cuda:
         _cai_device_and_stream(r, d)
     else:
-        r.dl.device.device_type = kDLCPU
+        r.desc.dl.device.device_type = kDLCPU
     r._validate(protocol, given, offset, bound)
     return r
 
@@ -183,21 +183,21 @@ cdef int _cai_device_and_stream(DLPackObject self, dict d) except -1:
     cdef str what = "__cuda_array_interface__: field 'stream'"
     stream = d.get("stream")
     if not _cai_names_stream(d):
-        self._stream = CU_STREAM_LEGACY
+        _sync_on_stream(self, CU_STREAM_LEGACY)
     elif stream is not None:
         if _stream_index(stream, what) == 0:
-            self._stream = CU_STREAM_LEGACY
+            _sync_on_stream(self, CU_STREAM_LEGACY)
         elif _stream_int(stream, what, &handle):
-            self._stream = handle
+            _sync_on_stream(self, handle)
         else:
             raise Refusal("__cuda_array_interface__: field 'stream' = -1 is not a stream; "
                           "use None when no synchronisation is needed")
-    for i in range(self.dl.ndim):
-        if self.dl.shape[i] == 0:
-            self.dl.device.device_type = kDLCUDA
-            self.dl.device.device_id = 0
+    for i in range(self.desc.dl.ndim):
+        if self.desc.dl.shape[i] == 0:
+            self.desc.dl.device.device_type = kDLCUDA
+            self.desc.dl.device.device_id = 0
             return 0
-    _cu_pointer_device(<uintptr_t>self.dl.data, &self.dl.device)
+    _cu_pointer_device(<uintptr_t>self.desc.dl.data, &self.desc.dl.device)
     return 0
 
 

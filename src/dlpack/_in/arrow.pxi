@@ -92,10 +92,10 @@ cdef int _arrow_nulls(DLPackObject self, const _NullScan *s, str protocol, int d
         if not waited[0]:
             _host_wait(self)
             waited[0] = True
-        if _host_accessible(self.dl.device.device_type):
+        if _host_accessible(self.desc.dl.device.device_type):
             nulls = _zero_bits(s.bits, s.start, s.count)
         else:
-            nulls = _device_zero_bits(self.dl.device.device_id, <uintptr_t>s.bits, s.start,
+            nulls = _device_zero_bits(self.desc.dl.device.device_id, <uintptr_t>s.bits, s.start,
                                       s.count)
         if nulls == 0:
             return 0
@@ -198,9 +198,9 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
                       "aligned data")
     for level in range(depth + 1):
         _arrow_nulls(self, &scans[level], protocol, level, &waited)
-    self.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
-    self.dl.dtype = t.dtype
-    self._flags = FLAG_READ_ONLY
+    self.desc.dl.data = <void *>(data + <uintptr_t>offset) if count else <void *>data
+    self.desc.dl.dtype = t.dtype
+    self.desc.flags = FLAG_READ_ONLY
     if tensor is not None:
         _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
         try:
@@ -220,9 +220,9 @@ cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, const int
     """(length, n1, n2, …): the rows, then each fixed-size list's size."""
     cdef int i
     self._alloc_dims(1 + t.nlists, protocol)
-    self.dl.shape[0] = length
+    self.desc.dl.shape[0] = length
     for i in range(t.nlists):
-        self.dl.shape[i + 1] = sizes[i]
+        self.desc.dl.shape[i + 1] = sizes[i]
     return 0
 
 
@@ -252,8 +252,8 @@ cdef int _arrow_tensor_dims(DLPackObject self, object meta, int64_t length, int6
             steps.append(remaining)
     self._alloc_dims(k + 1, protocol)
     for i in range(k + 1):
-        self.dl.shape[i] = out[i]
-        self.dl.strides[i] = steps[full[i]]
+        self.desc.dl.shape[i] = out[i]
+        self.desc.dl.strides[i] = steps[full[i]]
     return 0
 
 
@@ -266,8 +266,8 @@ cdef int _arrow_device(DLPackObject self, ArrowDeviceArray *d, str protocol) exc
         if did != -1 and did != 0:
             raise Refusal(f"{protocol}: field 'device_id' = {did} for ARROW_DEVICE_CPU "
                           "(-1 or 0 expected)")
-        self.dl.device.device_type = kDLCPU
-        self.dl.device.device_id = 0
+        self.desc.dl.device.device_type = kDLCPU
+        self.desc.dl.device.device_id = 0
         return 0
     if kind != ARROW_DEVICE_CUDA and kind != ARROW_DEVICE_CUDA_HOST and (
             kind != ARROW_DEVICE_CUDA_MANAGED):
@@ -280,10 +280,10 @@ cdef int _arrow_device(DLPackObject self, ArrowDeviceArray *d, str protocol) exc
     if did < 0 or did >= MAX_CUDA_DEVICES:
         raise Refusal(f"{protocol}: field 'device_id' = {did} is not a CUDA device "
                       f"ordinal (0 to {MAX_CUDA_DEVICES - 1})")
-    self.dl.device.device_type = kind   # ARROW_DEVICE_CUDA* equal kDLCUDA* by design
-    self.dl.device.device_id = <int32_t>did
+    self.desc.dl.device.device_type = kind   # ARROW_DEVICE_CUDA* equal kDLCUDA* by design
+    self.desc.dl.device.device_id = <int32_t>did
     if d.sync_event != NULL:
-        self._event = (<void **>d.sync_event)[0]
+        _sync_by_event(self, (<void **>d.sync_event)[0])
     return 0
 
 
@@ -315,9 +315,9 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
     a = _arrow_capsule((<tuple>pair)[1], b"arrow_device_array" if device else b"arrow_array",
                        protocol, "array")
     r = _new_object()
-    r._base = obj
+    _own_base(r, obj)
     held = _ArrowImport.__new__(_ArrowImport)
-    r._keep = held
+    _keep_alive(r, held)
     if device:
         if (<ArrowDeviceArray *>a).array.release == NULL:
             raise Refusal(f"{protocol}: the ArrowDeviceArray is released (release is NULL)")
@@ -359,9 +359,9 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
     if st.release == NULL:
         raise Refusal(f"{protocol}: the ArrowArrayStream is released (release is NULL)")
     r = _new_object()
-    r._base = obj
+    _own_base(r, obj)
     held = _ArrowImport.__new__(_ArrowImport)
-    r._keep = held
+    _keep_alive(r, held)
     held.stream = st[0]
     st.release = NULL
     ours = &held.stream
@@ -394,12 +394,12 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
                           "buffer: combine them first (chunked.combine_chunks(), "
                           "table.combine_chunks(); Polars: series.rechunk())")
         held.device.array = chunk
-    r.dl.device.device_type = kDLCPU
+    r.desc.dl.device.device_type = kDLCPU
     if held.device.array.release != NULL:
         _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
         return r
-    r.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
-    r._flags = FLAG_READ_ONLY
+    r.desc.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
+    r.desc.flags = FLAG_READ_ONLY
     if tensor is not None:
         _arrow_tensor_dims(r, tensor, 0, sizes[0], protocol)
         r._validate(protocol, STRIDES_ELEMENTS, 0, -1)

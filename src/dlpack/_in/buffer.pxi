@@ -64,19 +64,20 @@ cdef str _format_refusal(const char *fmt):
 cdef DLPackObject _from_bytes(object obj):
     """bytes are immutable and cannot resize: holding the object is enough, no Py_buffer."""
     cdef DLPackObject r = _new_object()
-    r.dl.ndim = 1
-    r.dl.strides = r.dl.shape + 1
-    r.dl.shape[0] = PyBytes_GET_SIZE(obj)
-    r.dl.strides[0] = 1
-    r.dl.data = PyBytes_AS_STRING(obj)
-    r.dl.dtype.code = kDLUInt
-    r.dl.dtype.bits = 8
-    r.dl.dtype.lanes = 1
-    r.dl.device.device_type = kDLCPU
-    r._flags = FLAG_READ_ONLY
-    r.lay = Layout(count=r.dl.shape[0], nbytes=r.dl.shape[0], itemsize=1, c_contig=True,
-                   f_contig=True)           # what _validate gives 1-D uint8, every field named
-    r._base = obj
+    r.desc.dl.ndim = 1
+    r.desc.dl.strides = r.desc.dl.shape + 1
+    r.desc.dl.shape[0] = PyBytes_GET_SIZE(obj)
+    r.desc.dl.strides[0] = 1
+    r.desc.dl.data = PyBytes_AS_STRING(obj)
+    r.desc.dl.dtype.code = kDLUInt
+    r.desc.dl.dtype.bits = 8
+    r.desc.dl.dtype.lanes = 1
+    r.desc.dl.device.device_type = kDLCPU
+    r.desc.flags = FLAG_READ_ONLY
+    # what _validate gives 1-D uint8, every field named
+    r.desc.layout = Layout(count=r.desc.dl.shape[0], nbytes=r.desc.dl.shape[0], itemsize=1,
+                           c_contig=True, f_contig=True)
+    _own_base(r, obj)
     _publish(r)
     return r
 
@@ -84,15 +85,16 @@ cdef DLPackObject _from_bytes(object obj):
 cdef DLPackObject _from_buffer(object obj):
     """Hold obj's buffer for the life of the view (a bytearray cannot resize meanwhile)."""
     cdef DLPackObject r = _new_object()
-    r._hold_buffer(obj, PyBUF_FULL_RO, "buffer protocol", None, "")  # suboffsets too, to name them
+    # suboffsets too, to name them
+    _hold_buffer(r, obj, PyBUF_FULL_RO, "buffer protocol", None, "")
     _read_buffer(r, obj)
     return r
 
 
 cdef int _read_buffer(DLPackObject self, object obj) except -1:
-    cdef Py_buffer *v = <Py_buffer *>&self._view
+    cdef const Py_buffer *v = <const Py_buffer *>&self._view
     cdef int i
-    _format_dtype(v.format, v.itemsize, &self.dl.dtype)
+    _format_dtype(v.format, v.itemsize, &self.desc.dl.dtype)
     _check_dims("buffer protocol", "ndim", v.ndim, v.shape != NULL)
     if v.suboffsets != NULL:
         for i in range(v.ndim):
@@ -101,16 +103,17 @@ cdef int _read_buffer(DLPackObject self, object obj) except -1:
                               "(PIL-style) buffers cannot be described by DLPack")
     self._alloc_dims(v.ndim, "buffer protocol")
     for i in range(v.ndim):
-        self.dl.shape[i] = v.shape[i]
+        self.desc.dl.shape[i] = v.shape[i]
         if v.strides != NULL:
-            self.dl.strides[i] = v.strides[i]
-    self.dl.data = v.buf
-    self.dl.device.device_type = kDLCPU
-    self.dl.device.device_id = 0
-    self._flags = FLAG_READ_ONLY if v.readonly else 0
-    self._base = obj
+            self.desc.dl.strides[i] = v.strides[i]
+    self.desc.dl.data = v.buf
+    self.desc.dl.device.device_type = kDLCPU
+    self.desc.dl.device.device_id = 0
+    self.desc.flags = FLAG_READ_ONLY if v.readonly else 0
+    _own_base(self, obj)
     self._validate("buffer protocol", STRIDES_C if v.strides == NULL else STRIDES_BYTES, 0, -1)
-    if v.len != self.lay.nbytes:
+    if v.len != self.desc.layout.nbytes:
         raise Refusal(f"buffer protocol: field 'len' = {v.len} disagrees with 'itemsize' "
-                      f"{v.itemsize} × the {self.lay.count} elements of 'shape' = {self.shape}")
+                      f"{v.itemsize} × the {self.desc.layout.count} elements of 'shape' = "
+                      f"{self.shape}")
     return 0

@@ -112,8 +112,8 @@ cdef DLPackObject _from_dlpack_method(object obj):
     r = _from_dlpack_result(obj, capsule)
     if torch:
         _torch_conj_check(r, obj)
-    if _cuda_kind(r.dl.device.device_type) or r.dl.device.device_type == kDLROCM:
-        r._resync = obj
+    if _cuda_kind(r.desc.dl.device.device_type) or r.desc.dl.device.device_type == kDLROCM:
+        _sync_by_provider(r, obj)
     return r
 
 

@@ -120,15 +120,14 @@ cdef DLPackObject _via_api(DLPackExchangeAPI *api, object obj, object keep):
     if PyErr_Occurred() != NULL:
         _api_error_left(m)
     r = _adopt(m, True, obj, "__dlpack_c_exchange_api__")   # m is ours now; NULL refused
-    device_type = r.dl.device.device_type
+    device_type = r.desc.dl.device.device_type
     if device_type == kDLCPU:
         return r
     if device_type == kDLCUDA and api.current_work_stream != NULL:
-        r._stream = 0
-        r._work_api = api
-        r._keep = keep                   # the API struct lives as long as its capsule
+        _sync_by_api(r, api)
+        _keep_alive(r, keep)                # the API struct lives as long as its capsule
         return r
-    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.dl.device)} "
+    raise Refusal(f"__dlpack_c_exchange_api__: data on {_device_name(r.desc.dl.device)} "
                   "cannot be ordered through this API; __dlpack__ is asked instead")
 
 

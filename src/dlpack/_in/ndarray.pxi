@@ -70,15 +70,15 @@ cdef DLPackObject _from_ndarray(object obj):
     for i in range(a.nd):
         if a.strides[i] % itemsize:
             return None
-    r.dl.dtype = _npy_types[num]
+    r.desc.dl.dtype = _npy_types[num]
     r._alloc_dims(a.nd, "numpy.ndarray")
     for i in range(a.nd):
-        r.dl.shape[i] = a.dimensions[i]
-        r.dl.strides[i] = a.strides[i]
-    r.dl.data = a.data
-    r.dl.device.device_type = kDLCPU
-    r._flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
-    r._base = obj
+        r.desc.dl.shape[i] = a.dimensions[i]
+        r.desc.dl.strides[i] = a.strides[i]
+    r.desc.dl.data = a.data
+    r.desc.dl.device.device_type = kDLCPU
+    r.desc.flags = 0 if a.flags & NPY_WRITEABLE else FLAG_READ_ONLY
+    _own_base(r, obj)
     r._validate("numpy.ndarray", STRIDES_BYTES, 0, -1)
     return r
 

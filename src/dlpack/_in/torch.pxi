@@ -60,7 +60,7 @@ cdef DLPackObject _from_torch(object t):
         r = _via_api(_torch_api, t, None)
     except Exception:
         return None                         # torch's own __dlpack__ gives its message
-    if r.dl.device.device_type == kDLCUDA:
+    if r.desc.dl.device.device_type == kDLCUDA:
         try:
             _torch_current_device(r)
         except Exception:
@@ -73,7 +73,7 @@ cdef int _torch_conj_check(DLPackObject self, object t) except -1:
     """Refuse a conjugate-bit tensor's export (its values are not the tensor's), on every path:
     torch's own __dlpack__ asks an instance attribute, which can be made to lie. The bit
     exists for complex tensors only (conj() of a real one is itself)."""
-    if self.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
+    if self.desc.dl.dtype.code == kDLComplex and _torch_says(_torch_is_conj, t):
         raise Refusal("__dlpack__: the torch tensor has its conjugate bit set, and its "
                       "export would give the unconjugated values; call t.resolve_conj() "
                       "first")

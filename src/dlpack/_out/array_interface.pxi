@@ -2,30 +2,30 @@
 
 cdef dict _interface(DLPackObject self, str protocol):
     cdef int i
-    cdef Py_ssize_t itemsize = self.lay.itemsize
+    cdef Py_ssize_t itemsize = self.desc.layout.itemsize
     try:
         typestr, descr = _types.array_typestr(
-            self.dl.dtype.code, self.dl.dtype.bits, self.dl.dtype.lanes)
+            self.desc.dl.dtype.code, self.desc.dl.dtype.bits, self.desc.dl.dtype.lanes)
     except BufferError as e:
         # An interface that cannot be given is absent (hasattr False), so that consumers
         # such as numpy.asarray go on to their next protocol (docs/spec.md §5).
         raise AttributeError(str(e).replace("__array_interface__", protocol, 1)) from None
     strides = None
-    if not self.lay.c_contig:
-        strides = tuple([self.dl.strides[i] * itemsize for i in range(self.dl.ndim)])
+    if not self.desc.layout.c_contig:
+        strides = tuple([self.desc.dl.strides[i] * itemsize for i in range(self.desc.dl.ndim)])
     return {
         "shape": self.shape,
         "typestr": typestr,
         "descr": list(descr),
-        "data": (<uintptr_t>self.dl.data, bool(self._flags & FLAG_READ_ONLY)),
+        "data": (<uintptr_t>self.desc.dl.data, bool(self.desc.flags & FLAG_READ_ONLY)),
         "strides": strides,
         "version": 3,
     }
 
 cdef dict _array_interface(DLPackObject self):
-    if not _host_accessible(self.dl.device.device_type):
+    if not _host_accessible(self.desc.dl.device.device_type):
         raise AttributeError(f"__array_interface__: the data is on "
-                             f"{_device_name(self.dl.device)}; see __cuda_array_interface__")
+                             f"{_device_name(self.desc.dl.device)}; see __cuda_array_interface__")
     _host_wait(self)
     return _interface(self, "__array_interface__")
 
@@ -45,14 +45,15 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
     """``__array__``: a zero-copy ndarray of CPU data, read-only when the source is, with
     NumPy 2's ``copy`` (spec §5); NumPy is imported here, not before."""
     import numpy
-    cdef bint cpu = _host_accessible(self.dl.device.device_type)
+    cdef bint cpu = _host_accessible(self.desc.dl.device.device_type)
     if isinstance(copy, str):
         raise ValueError(f"__array__: copy = {copy!r:.80} is a string; pass True, False or None")
     if copy is not None:
         copy = bool(copy)               # NumPy's reading: np.False_ and 0 never copy
     if copy is False and not cpu:
-        raise ValueError(f"__array__(copy=False): the data is on {_device_name(self.dl.device)}"
-                         " and a NumPy array lives in host memory, so it needs a copy; pass "
+        raise ValueError("__array__(copy=False): the data is on "
+                         f"{_device_name(self.desc.dl.device)} and a NumPy array lives in host "
+                         "memory, so it needs a copy; pass "
                          "copy=None or True (or use numpy.from_dlpack(dl, device='cpu'))")
     if cpu:
         try:
@@ -73,36 +74,16 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
 
 
 cdef dict _cuda_array_interface(DLPackObject self):
-    if not _cuda_kind(self.dl.device.device_type):
+    if not _cuda_kind(self.desc.dl.device.device_type):
         raise AttributeError(f"__cuda_array_interface__: the data is on "
-                             f"{_device_name(self.dl.device)}, not a CUDA device")
+                             f"{_device_name(self.desc.dl.device)}, not a CUDA device")
     cdef uintptr_t producer
+    cdef void *event
     d = _interface(self, "__cuda_array_interface__")
     d["stream"] = None
-    if self._event != NULL:     # an Arrow sync_event names no stream: the host waits for it
-        _cu_event_sync(self.dl.device.device_id, self._event)
-    elif self._resync is not None:
-        d["stream"] = _resync_stream(self)
-    elif _producer_stream(self, &producer):
+    work = _producer_ready(self, 0, &producer, &event)
+    if work == WORK_EVENT:      # an Arrow sync_event names no stream: the host waits for it
+        _cu_event_sync(self.desc.dl.device.device_id, event)
+    elif work == WORK_STREAM:
         d["stream"] = producer      # 1 for the legacy default stream: None would say "no sync"
     return d
-
-
-cdef object _resync_stream(DLPackObject self):
-    """The stream a __dlpack__ provider's work is on now, asked at each export: the one its own
-    CUDA array interface names (CuPy and Numba name their current stream), else the legacy
-    default stream, which the provider is asked again to order its work before."""
-    cdef uintptr_t handle
-    cdef str what = "__cuda_array_interface__: the provider's field 'stream'"
-    try:
-        cai = self._resync.__cuda_array_interface__
-    except Exception:
-        cai = None
-    if type(cai) is dict and _cai_names_stream(<dict>cai):
-        stream = (<dict>cai).get("stream")
-        if stream is None:
-            return None
-        if _stream_index(stream, what) != 0 and _stream_int(stream, what, &handle):
-            return handle
-    self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
-    return CU_STREAM_LEGACY

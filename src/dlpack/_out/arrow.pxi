@@ -178,11 +178,11 @@ cdef int _arrow_device_fill(const _ArrowOut *d, _ArrowAnchor *anchor,
 
 
 cdef str _dtype_refusal(DLPackObject self):
-    cdef DLDataType t = self.dl.dtype
+    cdef DLDataType t = self.desc.dl.dtype
     name = self.dtype.name
     if t.lanes != 1:
         why = "a vector type (lanes > 1); Arrow has none"
-    elif t.bits < 8 or self._flags & FLAG_SUBBYTE_PADDED:
+    elif t.bits < 8 or self.desc.flags & FLAG_SUBBYTE_PADDED:
         why = "a sub-byte type; Arrow has none"
     elif t.code == kDLComplex:
         why = ("complex; Arrow has no complex type: export the real and imaginary parts "
@@ -223,41 +223,42 @@ cdef object _arrow_describe(DLPackObject self, _ArrowOut *d, str protocol, bint 
     """Check that self is an Arrow array as it is and describe it into d; returns the
     fixed_shape_tensor metadata (bytes that d points into) or None."""
     cdef int i
-    cdef int32_t dt = self.dl.device.device_type
+    cdef int32_t dt = self.desc.dl.device.device_type
     cdef int64_t k = 1
     memset(d, 0, sizeof(_ArrowOut))
-    d.leaf = _leaf_format(self.dl.dtype)
-    if d.leaf == 0 or self._flags & FLAG_SUBBYTE_PADDED:
+    d.leaf = _leaf_format(self.desc.dl.dtype)
+    if d.leaf == 0 or self.desc.flags & FLAG_SUBBYTE_PADDED:
         raise Refusal(f"{protocol}: {_dtype_refusal(self)}")
-    d.bool8 = self.dl.dtype.code == kDLBool
+    d.bool8 = self.desc.dl.dtype.code == kDLBool
     if not any_device and not _host_accessible(dt):
-        raise Refusal(f"{protocol}: the data is on {_device_name(self.dl.device)}; this "
+        raise Refusal(f"{protocol}: the data is on {_device_name(self.desc.dl.device)}; this "
                       "method is for CPU memory: use __arrow_c_device_array__ or "
                       "__arrow_c_device_stream__")
     if not _arrow_kind(dt):
         raise Refusal(f"{protocol}: Arrow has no device type for "
-                      f"{_device_name(self.dl.device)}")
+                      f"{_device_name(self.desc.dl.device)}")
     d.device_type = dt
-    d.device_id = -1 if dt == kDLCPU else self.dl.device.device_id
-    d.data = self.dl.data
+    d.device_id = -1 if dt == kDLCPU else self.desc.dl.device.device_id
+    d.data = self.desc.dl.data
     d.list_size = -1
-    if self.dl.ndim == 0:
+    if self.desc.dl.ndim == 0:
         d.length = 1
         return None
-    if not self.lay.c_contig:
+    if not self.desc.layout.c_contig:
         raise Refusal(f"{protocol}: the data (shape {self.shape}, strides {self.strides} "
                       "elements) is strided or Fortran-ordered; Arrow arrays are "
                       "C-contiguous and pydlpack does not copy behind your back: make a "
                       "contiguous copy first (np.ascontiguousarray(a), t.contiguous())")
-    d.length = self.dl.shape[0]
-    if self.dl.ndim == 1:
+    d.length = self.desc.dl.shape[0]
+    if self.desc.dl.ndim == 1:
         return None
-    for i in range(1, self.dl.ndim):
-        if _mul_ovf(k, self.dl.shape[i], &k) or k > INT32_MAX:
+    for i in range(1, self.desc.dl.ndim):
+        if _mul_ovf(k, self.desc.dl.shape[i], &k) or k > INT32_MAX:
             raise Refusal(f"{protocol}: rows of shape {self.shape[1:]} hold more values "
                           "than an Arrow fixed-size list can (2**31 - 1)")
     d.list_size = k
-    meta = ('{"shape":[' + ",".join([str(self.dl.shape[i]) for i in range(1, self.dl.ndim)])
+    meta = ('{"shape":['
+            + ",".join([str(self.desc.dl.shape[i]) for i in range(1, self.desc.dl.ndim)])
             + ']}').encode()
     d.tensor_meta = meta
     d.tensor_meta_len = len(meta)
@@ -281,7 +282,7 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     cdef ArrowSchema *s
     cdef _ArrowType t
     cdef int64_t sizes[MAX_NDIM]
-    cdef DLDataType ours = self.dl.dtype
+    cdef DLDataType ours = self.desc.dl.dtype
     if requested is None:
         return 0
     s = <ArrowSchema *>_arrow_capsule(requested, b"arrow_schema", protocol, "requested_schema")
@@ -321,19 +322,16 @@ cdef int _arrow_event(DLPackObject self, _ArrowAnchor *anchor) except -1:
     """CUDA data: the event a consumer must wait on before reading (docs/spec.md §13): the
     one an Arrow producer gave, or one recorded now on the producer's stream."""
     cdef uintptr_t producer
-    if not _cuda_kind(self.dl.device.device_type):
+    cdef void *event
+    if not _cuda_kind(self.desc.dl.device.device_type):
         return 0
-    if self._event != NULL:
-        anchor.event = self._event      # the importer's: alive while the DLPackObject is
+    work = _producer_ready(self, 0, &producer, &event)
+    if work == WORK_EVENT:
+        anchor.event = event            # the importer's: alive while the DLPackObject is
         return 0
-    if self._resync is not None:
-        stream = _resync_stream(self)       # the stream __cuda_array_interface__ would name
-        if stream is None:
-            return 0
-        producer = stream
-    elif not _producer_stream(self, &producer):
+    if work == WORK_NONE:
         return 0
-    anchor.event = _cu_event_record(self.dl.device.device_id, producer, &anchor.context)
+    anchor.event = _cu_event_record(self.desc.dl.device.device_id, producer, &anchor.context)
     anchor.own_event = True
     anchor.generation = _cu_generation
     return 0

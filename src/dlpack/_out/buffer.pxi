@@ -29,7 +29,7 @@ _fill_buffer_formats()
 
 
 cdef const char *_buffer_format(DLPackObject self) except NULL:
-    cdef DLDataType t = self.dl.dtype
+    cdef DLDataType t = self.desc.dl.dtype
     if t.lanes == 1 and t.code <= kDLBool and t.bits % 8 == 0 and t.bits <= 128:
         if _BUFFER_FORMATS[t.code][t.bits // 8][0] != 0:
             return _BUFFER_FORMATS[t.code][t.bits // 8]
@@ -38,27 +38,27 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
 
 
 cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
-    cdef int i, n = self.dl.ndim
-    cdef Py_ssize_t itemsize = self.lay.itemsize
+    cdef int i, n = self.desc.dl.ndim
+    cdef Py_ssize_t itemsize = self.desc.layout.itemsize
     cdef int64_t stride
-    if not _host_accessible(self.dl.device.device_type):
-        raise Refusal(f"buffer protocol: the data is on {_device_name(self.dl.device)}, "
+    if not _host_accessible(self.desc.dl.device.device_type):
+        raise Refusal(f"buffer protocol: the data is on {_device_name(self.desc.dl.device)}, "
                       "not in CPU memory; use __dlpack__ or __cuda_array_interface__")
     if n > PyBUF_MAX_NDIM:              # exporters must respect it (CPython's Py_buffer docs)
         raise Refusal(f"buffer protocol: {n} dimensions; it carries at most "
                       f"{PyBUF_MAX_NDIM}; use __dlpack__ or __array_interface__")
     cdef const char *fmt = _buffer_format(self)
     _host_wait(self)
-    if flags & PyBUF_WRITABLE and self._flags & FLAG_READ_ONLY:
+    if flags & PyBUF_WRITABLE and self.desc.flags & FLAG_READ_ONLY:
         raise Refusal("buffer protocol: a writable buffer was requested, but the data "
                       "is read-only")
-    if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not self.lay.c_contig:
+    if (flags & PyBUF_STRIDES) != PyBUF_STRIDES and not self.desc.layout.c_contig:
         raise Refusal("buffer protocol: the consumer needs C-contiguous data without "
                       f"strides, but strides are {self.strides} elements")
-    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS and not self.lay.c_contig
-            or (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and not self.lay.f_contig
+    if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS and not self.desc.layout.c_contig
+            or (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS and not self.desc.layout.f_contig
             or (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS
-            and not (self.lay.c_contig or self.lay.f_contig)):
+            and not (self.desc.layout.c_contig or self.desc.layout.f_contig)):
         raise Refusal("buffer protocol: the consumer requested contiguous data, but "
                       f"strides are {self.strides} elements")
     if self._pydims == NULL and n > 0:
@@ -66,17 +66,17 @@ cdef int _fill_buffer(DLPackObject self, Py_buffer *view, int flags) except -1:
         if self._pydims == NULL:
             raise MemoryError()
         for i in range(n):
-            self._pydims[i] = self.dl.shape[i]
+            self._pydims[i] = self.desc.dl.shape[i]
             # the byte stride; only an empty array's normalised (C) stride can overflow
             # (shape (0, 2**62) of complex128): it is never applied, so 0 stands for it
-            if _mul_ovf(self.dl.strides[i], itemsize, &stride):
+            if _mul_ovf(self.desc.dl.strides[i], itemsize, &stride):
                 stride = 0
             self._pydims[n + i] = <Py_ssize_t>stride
-    view.buf = self.dl.data
+    view.buf = self.desc.dl.data
     view.obj = self
-    view.len = self.lay.nbytes
+    view.len = self.desc.layout.nbytes
     view.itemsize = itemsize
-    view.readonly = 1 if self._flags & FLAG_READ_ONLY else 0
+    view.readonly = 1 if self.desc.flags & FLAG_READ_ONLY else 0
     view.ndim = n
     view.format = <char *>fmt if flags & PyBUF_FORMAT else NULL
     view.shape = self._pydims if flags & PyBUF_ND else NULL

@@ -197,11 +197,11 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
     ask.has_target = dl_device is not None
     if ask.has_target:
         _dl_device_arg(dl_device, &ask.target)
-    ask.here = self.dl.device
+    ask.here = self.desc.dl.device
     ask.stream = stream is not None
     ask.versioned = versioned
-    ask.read_only = self._flags & FLAG_READ_ONLY != 0 and not self._legacy_readonly
-    ask.torch = self._work_api != NULL and self._work_api == _torch_api
+    ask.read_only = self.desc.flags & FLAG_READ_ONLY != 0 and not self._legacy_readonly
+    ask.torch = self.sync.work_api != NULL and self.sync.work_api == _torch_api
     _export_plan(&ask, &plan)
     if plan.kind == PLAN_REFUSED:
         _refuse(self, plan.refusal, dl_device, stream)
@@ -328,7 +328,7 @@ cdef void _plan_in_full(const ExportAsk *a, ExportPlan *p) noexcept nogil:
 cdef int _refuse(DLPackObject self, PlanRefusal why, object dl_device,
                  object stream) except -1:
     """Raise the refusal an export's plan names."""
-    cdef str here = _device_name(self.dl.device)
+    cdef str here = _device_name(self.desc.dl.device)
     if why == REFUSE_HOST_ID:
         raise Refusal(f"__dlpack__: dl_device = {dl_device!r}: the host is device "
                       f"({kDLCPU}, 0); no other kDLCPU id names a device")
@@ -364,10 +364,10 @@ cdef int _rocm_order(DLPackObject self, object stream) except -1:
     value = _stream_index(stream, "__dlpack__: stream")
     if value == -1:
         return 0
-    if self._resync is None:
+    if self.sync.kind != SYNC_PROVIDER:
         raise Refusal(f"__dlpack__: stream = {stream!r}: pydlpack cannot order ROCm "
                       "streams for this provider; pass stream=None or -1")
-    self._resync.__dlpack__(stream=value)      # the provider orders itself; capsule dropped
+    self._sync_provider.__dlpack__(stream=value)      # the provider orders itself; capsule dropped
     return 0
 
 
@@ -417,28 +417,29 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
     copies, into a staging buffer in the order the elements lie in memory, then gathered into
     C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
-    cdef int i, k, n = 0, ndim = self.dl.ndim
-    cdef int64_t isz = self.lay.itemsize, lo = 0, step, size, offset = 0, width
+    cdef int i, k, n = 0, ndim = self.desc.dl.ndim
+    cdef int64_t isz = self.desc.layout.itemsize, lo = 0, step, size, offset = 0, width
     cdef int64_t extent[MAX_NDIM]
     cdef int64_t pitch[MAX_NDIM]
     cdef int64_t gather[MAX_NDIM]
     cdef int dim[MAX_NDIM]
     cdef char *staging = NULL
     try:
-        if self.lay.count == 0:
+        if self.desc.layout.count == 0:
             return 0
-        if self.lay.c_contig:
-            _cu_copy(self.dl.device.device_id, t.data, self.dl.data, self.lay.nbytes, False)
+        if self.desc.layout.c_contig:
+            _cu_copy(self.desc.dl.device.device_id, t.data, self.desc.dl.data,
+                     self.desc.layout.nbytes, False)
             return 0
         # the dimensions that move (extent > 1, stride != 0) by byte stride, largest first,
         # each flipped to run upwards from the lowest element
         for i in range(ndim):
             gather[i] = 0
-            if self.dl.shape[i] == 1 or self.dl.strides[i] == 0:
+            if self.desc.dl.shape[i] == 1 or self.desc.dl.strides[i] == 0:
                 continue
-            step = self.dl.strides[i] * isz
+            step = self.desc.dl.strides[i] * isz
             if step < 0:
-                lo += (self.dl.shape[i] - 1) * step
+                lo += (self.desc.dl.shape[i] - 1) * step
                 step = -step
             k = n
             while k > 0 and pitch[k - 1] < step:
@@ -446,7 +447,7 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
                 pitch[k] = pitch[k - 1]
                 dim[k] = dim[k - 1]
                 k -= 1
-            extent[k] = self.dl.shape[i]
+            extent[k] = self.desc.dl.shape[i]
             pitch[k] = step
             dim[k] = i
             n += 1
@@ -455,8 +456,8 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
         size = isz
         for k in range(n - 1, -1, -1):
             i = dim[k]
-            gather[i] = size // isz if self.dl.strides[i] > 0 else -(size // isz)
-            if self.dl.strides[i] < 0:
+            gather[i] = size // isz if self.desc.dl.strides[i] > 0 else -(size // isz)
+            if self.desc.dl.strides[i] < 0:
                 offset += (extent[k] - 1) * size
             size *= extent[k]
         # rows: the innermost dimensions that are contiguous in memory merge into one row
@@ -467,7 +468,7 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
         staging = <char *>_alloc_copy(size)
         if staging == NULL:
             raise MemoryError(f"__dlpack__: cannot allocate {size} bytes")
-        _cu_copy_rows(self.dl.device.device_id, staging, <uintptr_t>self.dl.data + lo,
+        _cu_copy_rows(self.desc.dl.device.device_id, staging, <uintptr_t>self.desc.dl.data + lo,
                       width, n, extent, pitch)
         _gather(<char *>t.data, staging + offset, self, gather)
     except BaseException:
@@ -484,31 +485,31 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     stream once the producer's work is; with stream -1 on the producer's stream, which the host
     then waits for (the consumer promised to order nothing)."""
     cdef uintptr_t queue
-    cdef int32_t device_id = self.dl.device.device_id
+    cdef int32_t device_id = self.desc.dl.device.device_id
     cdef int64_t lo = 0, hi = 0
     cdef bint settle = not _consumer_stream(stream, &queue)
     cdef void *block
+    cdef void *event
     cdef DLTensor *t
     if not settle:
         _sync_for(self, stream, False)
-    elif self._event != NULL:           # an Arrow sync_event: the copy's queue waits for it
-        queue = CU_STREAM_LEGACY
-        _cu_event_wait(device_id, self._event, queue)
-    elif self._resync is not None:
-        self._resync.__dlpack__(stream=CU_STREAM_LEGACY)
-        queue = CU_STREAM_LEGACY
-    elif not _producer_stream(self, &queue):
-        queue = CU_STREAM_LEGACY
-    if self.lay.count:
+    else:
+        work = _producer_ready(self, CU_STREAM_LEGACY, &queue, &event)
+        if work == WORK_EVENT:          # an Arrow sync_event: the copy's queue waits for it
+            queue = CU_STREAM_LEGACY
+            _cu_event_wait(device_id, event, queue)
+        elif work == WORK_NONE:
+            queue = CU_STREAM_LEGACY
+    if self.desc.layout.count:
         _span(self, &lo, &hi)
     cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
     if hi > lo:
-        _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.dl.data + lo,
+        _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.desc.dl.data + lo,
                     hi - lo, settle)
     block = _export(self, versioned, EXPORT_DEVICE_COPY, owner)
     t = _block_tensor(block, versioned)
     t.data = <void *><uintptr_t>(owner.ptr - lo)
-    memcpy(t.strides, self.dl.strides, self.dl.ndim * sizeof(int64_t))
+    memcpy(t.strides, self.desc.dl.strides, self.desc.dl.ndim * sizeof(int64_t))
     return block
 
 
@@ -520,20 +521,20 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
     stream None or -1 the consumer's stream is unknown (torch passes dl_device without one),
     so the host waits for the copy to land."""
     cdef char *staging = NULL
-    cdef const char *src = <const char *>self.dl.data
+    cdef const char *src = <const char *>self.desc.dl.data
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
     _host_wait(self)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, self.lay.nbytes)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, self.desc.layout.nbytes)
     try:
-        if self.lay.count and not self.lay.c_contig:
-            staging = <char *>_alloc_copy(self.lay.nbytes)
+        if self.desc.layout.count and not self.desc.layout.c_contig:
+            staging = <char *>_alloc_copy(self.desc.layout.nbytes)
             if staging == NULL:
-                raise MemoryError(f"__dlpack__: cannot allocate {self.lay.nbytes} bytes")
+                raise MemoryError(f"__dlpack__: cannot allocate {self.desc.layout.nbytes} bytes")
             _gather(staging, src, self)
             src = staging
-        if self.lay.count:
-            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self.lay.nbytes, True,
+        if self.desc.layout.count:
+            _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self.desc.layout.nbytes, True,
                      not ordered)
             if ordered and consumer != CU_STREAM_LEGACY:
                 _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)

@@ -98,7 +98,7 @@ cdef int _api_from_py(void *obj, DLManagedTensorVersioned **out) except -1:
 cdef int _ready_on_work_stream(DLPackObject self) except -1:
     """CUDA data is ready on the stream current_work_stream names (the legacy default one):
     queue the producer's pending work before it (an event wait; the host does not block)."""
-    if _cuda_kind(self.dl.device.device_type):
+    if _cuda_kind(self.desc.dl.device.device_type):
         _sync_for(self, None, False)
     return 0
 
@@ -121,12 +121,12 @@ cdef int _api_dltensor(void *obj, DLTensor *out) except -1:
     if out == NULL:
         raise TypeError("__dlpack_c_exchange_api__: the output pointer is NULL")
     cdef DLPackObject r = <DLPackObject>obj
-    if r._flags & FLAG_READ_ONLY and not r._legacy_readonly:
+    if r.desc.flags & FLAG_READ_ONLY and not r._legacy_readonly:
         raise Refusal("__dlpack_c_exchange_api__: the data is read-only and a bare DLTensor "
                       "cannot say so; use managed_tensor_from_py_object_no_sync, or opt in "
                       "with asdlpack(obj, allow_legacy_readonly=True)")
     _ready_on_work_stream(r)
-    out[0] = r.dl
+    out[0] = r.desc.dl
     return 0
 
 

@@ -52,7 +52,7 @@ cdef class _Span:
 
 cdef object _reduce(DLPackObject self, int protocol):
     """``__reduce_ex__``: CUDA data as _reduce_cuda sends it, the rest as _reduce_host."""
-    if _cuda_kind(self.dl.device.device_type):
+    if _cuda_kind(self.desc.dl.device.device_type):
         return _reduce_cuda(self, protocol)
     return _reduce_host(self, protocol)
 
@@ -63,35 +63,36 @@ cdef object _reduce_host(DLPackObject self, int protocol):
     ``data`` holds the bytes from the lowest to one past the highest byte an element occupies;
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
-    cdef int64_t lo = 0, hi = self.lay.nbytes
+    cdef int64_t lo = 0, hi = self.desc.layout.nbytes
     cdef int64_t c_strides[MAX_NDIM]
     cdef int i
-    cdef bint readonly = self._flags & FLAG_READ_ONLY
+    cdef bint readonly = self.desc.flags & FLAG_READ_ONLY
     cdef _Span span
-    if not _host_accessible(self.dl.device.device_type):
+    if not _host_accessible(self.desc.dl.device.device_type):
         raise Refusal(
-            f"pickle: the data is on {_device_name(self.dl.device)}, which another process "
+            f"pickle: the data is on {_device_name(self.desc.dl.device)}, which another process "
             "cannot read; pickle a host copy instead: "
             f"asdlpack(dl.__dlpack__(dl_device=({kDLCPU}, 0), copy=True)), or move it to the "
             "host with its producer (e.g. tensor.cpu())")
     _host_wait(self)
     strides = self.strides
-    if self.lay.count and not self.lay.c_contig:
+    if self.desc.layout.count and not self.desc.layout.c_contig:
         _span(self, &lo, &hi)              # packed sub-byte arrays are always C-contiguous
     span = _Span.__new__(_Span)
     span.readonly = readonly
-    if (hi - lo) - self.lay.nbytes > self.lay.nbytes // 2:  # both < 2**63; broadcasts: < 0
+    # the span beyond nbytes (both < 2**63; broadcasts: < 0)
+    if (hi - lo) - self.desc.layout.nbytes > self.desc.layout.nbytes // 2:
         # a C-contiguous copy (nbytes < 2**62 here), on a 256-byte boundary like every copy
-        span.copy = _alloc_copy(<size_t>self.lay.nbytes + DATA_ALIGN - 1)
+        span.copy = _alloc_copy(<size_t>self.desc.layout.nbytes + DATA_ALIGN - 1)
         if span.copy == NULL:
-            raise MemoryError(f"pickle: cannot allocate {self.lay.nbytes} bytes for a copy")
+            raise MemoryError(f"pickle: cannot allocate {self.desc.layout.nbytes} bytes for a copy")
         span.ptr = <char *>span.copy + (-<uintptr_t>span.copy & (DATA_ALIGN - 1))
-        _gather(span.ptr, <const char *>self.dl.data, self)
-        lo, hi = 0, self.lay.nbytes
-        _c_strides(self.dl.ndim, self.dl.shape, c_strides)
-        strides = tuple([c_strides[i] for i in range(self.dl.ndim)])
+        _gather(span.ptr, <const char *>self.desc.dl.data, self)
+        lo, hi = 0, self.desc.layout.nbytes
+        _c_strides(self.desc.dl.ndim, self.desc.dl.shape, c_strides)
+        strides = tuple([c_strides[i] for i in range(self.desc.dl.ndim)])
     else:
-        span.ptr = <char *>(<uintptr_t>self.dl.data + <uintptr_t>lo)    # NULL when empty
+        span.ptr = <char *>(<uintptr_t>self.desc.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self
     span.len = hi - lo
     data = span
@@ -101,9 +102,9 @@ cdef object _reduce_host(DLPackObject self, int protocol):
         data = bytes(data)
     else:
         data = bytearray(data)              # writable arrives writable, as with protocol 5
-    t = self.dl.dtype
+    t = self.desc.dl.dtype
     return _rebuild, (data, t.code, t.bits, t.lanes, self.shape, strides, -lo,
-                      self._flags & _PICKLED_FLAGS)
+                      self.desc.flags & _PICKLED_FLAGS)
 
 
 cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -1:
@@ -121,42 +122,67 @@ def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
     the elements must lie inside ``data``.
     """
     cdef DLPackObject r = _new_object()
+    cdef _Pickled p
     cdef int64_t at
-    _rebuild_layout(r, code, bits, lanes, shape, strides, flags)
-    r._hold_buffer(data, PyBUF_SIMPLE, "pickle", "data", "; the pickle is corrupt or forged")
-    at = _field(offset, "offset", 0, r._view.len)
-    if r._view.readonly:
-        r._flags |= FLAG_READ_ONLY
-    r.dl.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
-    r.dl.device.device_type = kDLCPU
-    r.dl.device.device_id = 0
-    r._validate("pickle", STRIDES_ELEMENTS, at, r._view.len)
-    r._base = data
+    try:
+        _pickled_header(&p, code, bits, lanes, shape, strides, flags)
+        _hold_buffer(r, data, PyBUF_SIMPLE, "pickle", "data",
+                     "; the pickle is corrupt or forged")
+        at = _field(offset, "offset", 0, r._view.len)
+        if r._view.readonly:
+            p.flags |= FLAG_READ_ONLY
+        p.t.data = <void *>(<uintptr_t>r._view.buf + <uintptr_t>at)  # buf may be NULL
+        p.t.device.device_type = kDLCPU
+        p.t.device.device_id = 0
+        r._describe_tensor(&p.t, p.flags, "pickle", at, r._view.len)
+    finally:
+        _pickled_free(&p)
+    _own_base(r, data)
     return r
 
 
-cdef int _rebuild_layout(DLPackObject r, code, bits, lanes, shape, strides,
-                         flags) except -1:
-    """The dtype, shape, strides and flags of a pickle, each field checked (not validated as
-    a whole: the caller's _validate does that once data is known)."""
+ctypedef struct _Pickled:       # a pickle's description, each field checked, data not yet known
+    DLTensor t
+    uint64_t flags
+    int64_t small[2 * INLINE_DIMS]
+
+
+cdef int _pickled_header(_Pickled *p, code, bits, lanes, shape, strides, flags) except -1:
+    """The dtype, shape, strides and flags of a pickle into p (shape and strides in p.small, or
+    allocated beyond INLINE_DIMS: the caller runs _pickled_free whatever happens), each field
+    checked; validated as a whole by _describe_tensor once data is known."""
     cdef Py_ssize_t i, n
+    p.t.shape = p.small
+    p.t.byte_offset = 0
     if type(shape) is not tuple or type(strides) is not tuple or len(shape) != len(strides):
         raise Refusal(f"pickle: fields 'shape' = {shape!r:.80} and 'strides' = "
                       f"{strides!r:.80} are not tuples of one length; the pickle is "
                       "corrupt or forged")
-    if _field(flags, "flags", 0, INT64_MAX) & ~_PICKLED_FLAGS:
+    p.flags = _field(flags, "flags", 0, INT64_MAX)
+    if p.flags & ~_PICKLED_FLAGS:
         raise Refusal(f"pickle: field 'flags' = {flags} has bits other than READ_ONLY and "
                       "IS_SUBBYTE_TYPE_PADDED; the pickle is corrupt or forged")
-    r._flags = flags
-    r.dl.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
-    r.dl.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
-    r.dl.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
+    p.t.dtype.code = <uint8_t>_field(code, "dtype code", 0, 255)
+    p.t.dtype.bits = <uint8_t>_field(bits, "dtype bits", 0, 255)
+    p.t.dtype.lanes = <uint16_t>_field(lanes, "dtype lanes", 0, 65535)
     n = len(shape)
-    r._alloc_dims(n, "pickle")
+    _check_dims("pickle", "ndim", n, True)
+    p.t.ndim = <int32_t>n
+    if n > INLINE_DIMS:
+        p.t.shape = <int64_t *>malloc(2 * n * sizeof(int64_t))
+        if p.t.shape == NULL:
+            p.t.shape = p.small
+            raise MemoryError()
+    p.t.strides = p.t.shape + n
     for i in range(n):
-        r.dl.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
-        r.dl.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
+        p.t.shape[i] = _field(shape[i], "shape", 0, INT64_MAX)
+        p.t.strides[i] = _field(strides[i], "strides", -INT64_MAX - 1, INT64_MAX)
     return 0
+
+
+cdef inline void _pickled_free(_Pickled *p) noexcept:
+    if p.t.shape != p.small:
+        free(p.t.shape)
 
 
 # -- CUDA data (docs/spec.md §11): a handle of the memory itself, or a host copy ---------------
@@ -233,7 +259,7 @@ cdef _IpcExport _ipc_export_of(DLPackObject self):
     e = _ipc_exports.get(self)
     if e is None or e.event.generation != _cu_generation:
         e = _IpcExport.__new__(_IpcExport)
-        e.event = _cu_ipc_event(self.dl.device.device_id)
+        e.event = _cu_ipc_event(self.desc.dl.device.device_id)
         _ipc_last_token += 1
         e.token = _ipc_last_token
         _ipc_exports[self] = e
@@ -245,27 +271,27 @@ cdef object _reduce_cuda(DLPackObject self, int protocol):
     """CUDA device memory as a handle (_rebuild_ipc); pinned, managed, pool and VMM memory,
     which CUDA IPC does not share, and all of it with cuda_pickle="copy", as a host copy
     (_rebuild_copy); cuda_pickle="ipc_only" refuses those."""
-    cdef int32_t device_id = self.dl.device.device_id
+    cdef int32_t device_id = self.desc.dl.device.device_id
     cdef uintptr_t base = 0
     cdef _IpcExport e
-    if self.lay.count == 0:             # no memory to share
+    if self.desc.layout.count == 0:             # no memory to share
         return _reduce_copy(self, protocol)
     handle = bytearray(CU_IPC_HANDLE_SIZE)
-    if self.dl.device.device_type != kDLCUDA:
-        why = f"on {_device_name(self.dl.device)}, which CUDA IPC does not share"
+    if self.desc.dl.device.device_type != kDLCUDA:
+        why = f"on {_device_name(self.desc.dl.device)}, which CUDA IPC does not share"
     elif self._pickle_mode == PICKLE_COPY:
         return _reduce_copy(self, protocol)
-    elif _cu_ipc_export(device_id, <uintptr_t>self.dl.data, handle, &base):
+    elif _cu_ipc_export(device_id, <uintptr_t>self.desc.dl.data, handle, &base):
         e = _ipc_export_of(self)
         _order_after_producer(self, CU_STREAM_LEGACY, False)
         _cu_ipc_record(e.event)
-        t = self.dl.dtype
-        return _rebuild_ipc, (bytes(handle), <uintptr_t>self.dl.data - base,
+        t = self.desc.dl.dtype
+        return _rebuild_ipc, (bytes(handle), <uintptr_t>self.desc.dl.data - base,
                               _cu_uuid(device_id), t.code, t.bits, t.lanes, self.shape,
-                              self.strides, self._flags & _PICKLED_FLAGS, e.event.handle,
+                              self.strides, self.desc.flags & _PICKLED_FLAGS, e.event.handle,
                               _os.getpid(), e.token)
     else:
-        why = (f"CUDA memory of {_device_name(self.dl.device)} that CUDA IPC cannot share "
+        why = (f"CUDA memory of {_device_name(self.desc.dl.device)} that CUDA IPC cannot share "
                "(stream-ordered pool or VMM memory)")
     if self._pickle_mode == PICKLE_IPC_ONLY:
         raise Refusal(f"pickle: the data is {why}, and cuda_pickle='ipc_only' refuses a host "
@@ -278,12 +304,12 @@ cdef object _reduce_copy(DLPackObject self, int protocol):
     memory through a host copy ordered after the producer's work; pinned and managed memory
     read in place once that work is done."""
     cdef DLPackObject host = self
-    if self.dl.device.device_type == kDLCUDA:
+    if self.desc.dl.device.device_type == kDLCUDA:
         host = asdlpack(self.__dlpack__(dl_device=_CPU0, copy=True, max_version=(1, 0)))
-    uuid = _cu_uuid(self.dl.device.device_id)
+    uuid = _cu_uuid(self.desc.dl.device.device_id)
     fn, args = _reduce_host(host, protocol)
-    return _rebuild_copy, (self.dl.device.device_type, uuid,
-                           args[:7] + (self._flags & _PICKLED_FLAGS,))
+    return _rebuild_copy, (self.desc.dl.device.device_type, uuid,
+                           args[:7] + (self.desc.flags & _PICKLED_FLAGS,))
 
 
 cdef bytes _bytes_field(object value, str name, Py_ssize_t size):
@@ -311,6 +337,8 @@ def _rebuild_copy(kind, uuid, args):
     cdef DLPackObject host, r
     cdef _HostKindMemory mem
     cdef int32_t ordinal
+    cdef DLTensor t
+    cdef int64_t at
     kind = _field(kind, "kind", 0, _KIND_LIMIT)
     if type(args) is not tuple or len(args) != 8:
         raise Refusal(f"pickle: field 'args' = {args!r:.80} is not a tuple of 8; the pickle "
@@ -320,21 +348,30 @@ def _rebuild_copy(kind, uuid, args):
                       "pickle is corrupt or forged")
     host = _rebuild(*args)
     ordinal = _ipc_ordinal(uuid)
+    r = _new_object()
     if kind == kDLCUDA:
         owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, ordinal), copy=True,
                                          max_version=(1, 0)))
-        r = _share(owner, False, False)
+        t = (<DLPackObject>owner).desc.dl        # its shape and strides: copied by r
+        r._describe_tensor(&t, _received_flags(owner, host), "pickle", -1, -1)
+        _sync_as(r, owner)
     else:
         owner = mem = _cu_host_kind_alloc(ordinal, host._view.len, kind == kDLCUDAManaged)
         if host._view.len:
             memcpy(<void *>mem.ptr, host._view.buf, host._view.len)
-        r = _share(host, False, False)
-        r.dl.data = <void *>(mem.ptr + (<uintptr_t>host.dl.data - <uintptr_t>host._view.buf))
-        r.dl.device.device_type = kind
-        r.dl.device.device_id = ordinal
-    r._flags = (r._flags & ~(<uint64_t>FLAG_READ_ONLY)) | (host._flags & FLAG_READ_ONLY)
-    r._base = _received("copy", owner)
+        at = <uintptr_t>host.desc.dl.data - <uintptr_t>host._view.buf
+        t = host.desc.dl
+        t.data = <void *>(mem.ptr + at)
+        t.device.device_type = kind
+        t.device.device_id = ordinal
+        r._describe_tensor(&t, host.desc.flags, "pickle", at, host._view.len)
+    _own_base(r, _received("copy", owner))
     return r
+
+
+cdef inline uint64_t _received_flags(DLPackObject copy, DLPackObject host) noexcept:
+    """A restored copy's flags: the copy's, read-only as the pickled data was."""
+    return (copy.desc.flags & ~(<uint64_t>FLAG_READ_ONLY)) | (host.desc.flags & FLAG_READ_ONLY)
 
 
 def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
@@ -345,6 +382,7 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     cdef DLPackObject r, sender
     cdef _IpcMemory mem
     cdef _IpcEvent ev
+    cdef _Pickled p
     cdef int64_t at = _field(offset, "offset", 0, INT64_MAX)
     cdef int32_t ordinal
     _bytes_field(handle, "handle", CU_IPC_HANDLE_SIZE)
@@ -357,27 +395,30 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
             raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
                           "pickled is gone, and the CUDA memory it kept alive may be too; "
                           "keep the sender alive until its pickles are loaded (spec §11)")
-        r = _share(sender, sender._legacy_readonly, False)
-        r._base = _received("same process", sender)
+        r = _share(sender, sender._legacy_readonly, False, False)
+        _own_base(r, _received("same process", sender))
         return r
     r = _new_object()
-    _rebuild_layout(r, code, bits, lanes, shape, strides, flags)
     try:
-        ordinal = _ipc_ordinal(uuid)
-        mem = _cu_ipc_open(ordinal, handle)
-        ev = _cu_ipc_open_event(ordinal, event)
-    except CudaError as e:
-        raise Refusal(f"pickle: field 'handle': {e}; a CUDA IPC handle opens in another "
-                      "process on the same machine (and IPC namespace) while the sending "
-                      "object lives; send a host copy instead: asdlpack(x, cuda_pickle='copy') "
-                      "before pickling") from e
-    if <uint64_t>at > mem.size:
-        raise Refusal(f"pickle: field 'offset' = {at} lies past the {mem.size}-byte "
-                      "allocation the handle names; the pickle is corrupt or forged")
-    r.dl.data = <void *>(mem.ptr + <uint64_t>at)
-    r.dl.device.device_type = kDLCUDA
-    r.dl.device.device_id = ordinal
-    r._validate("pickle", STRIDES_ELEMENTS, at, mem.size)
-    r._event = ev.event
-    r._base = _received("ipc", mem, ev)
+        _pickled_header(&p, code, bits, lanes, shape, strides, flags)
+        try:
+            ordinal = _ipc_ordinal(uuid)
+            mem = _cu_ipc_open(ordinal, handle)
+            ev = _cu_ipc_open_event(ordinal, event)
+        except CudaError as e:
+            raise Refusal(f"pickle: field 'handle': {e}; a CUDA IPC handle opens in another "
+                          "process on the same machine (and IPC namespace) while the sending "
+                          "object lives; send a host copy instead: asdlpack(x, "
+                          "cuda_pickle='copy') before pickling") from e
+        if <uint64_t>at > mem.size:
+            raise Refusal(f"pickle: field 'offset' = {at} lies past the {mem.size}-byte "
+                          "allocation the handle names; the pickle is corrupt or forged")
+        p.t.data = <void *>(mem.ptr + <uint64_t>at)
+        p.t.device.device_type = kDLCUDA
+        p.t.device.device_id = ordinal
+        r._describe_tensor(&p.t, p.flags, "pickle", at, mem.size)
+    finally:
+        _pickled_free(&p)
+    _sync_by_event(r, ev.event)
+    _own_base(r, _received("ipc", mem, ev))
     return r

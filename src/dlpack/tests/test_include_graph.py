@@ -1,6 +1,7 @@
 """The include graph's check (.ci/include_graph.py, docs/spec.md §1): each name a .pxi uses is
-its own or a file's included before it, and readers and writers share names only through the
-shared files. Runs from a checkout (the script is not packaged)."""
+its own or a file's included before it, readers and writers share names only through the
+shared files, and each group of DLPackObject's fields (_core.pxd) is written only by its
+owners. Runs from a checkout (the script is not packaged)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def run(src: Path) -> subprocess.CompletedProcess:
 def copy_tree(tmp_path: Path) -> Path:
     """The package's _core.pyx and .pxi files, to be edited."""
     out = tmp_path / "dlpack"
-    for path in [SRC / "_core.pyx", *SRC.glob("*.pxi"), *SRC.glob("_in/*.pxi"),
+    for path in [SRC / "_core.pyx", SRC / "_core.pxd", *SRC.glob("*.pxi"), *SRC.glob("_in/*.pxi"),
                  *SRC.glob("_out/*.pxi")]:
         target = out / path.relative_to(SRC)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -38,6 +39,52 @@ def test_the_tree_passes():
     got = run(SRC)
     assert got.returncode == 0, got.stdout + got.stderr
     assert "0 problems" in got.stdout
+    for group in ("description 0 of 1", "ownership 0 of 6", "producer_sync 0 of 2",
+                  "export_policy 0 of 3", "caches 0 of 2"):
+        assert group in got.stdout
+
+
+def append(path: Path, code: str) -> None:
+    path.write_text(path.read_text() + "\n\n" + code)
+
+
+@pytest.mark.parametrize(("code", "field", "group"), [
+    ("cdef void _w(DLPackObject r):\n    r.desc.flags = 0\n", "desc", "description"),
+    ("cdef void _w(DLPackObject r):\n    r.desc.dl.shape[0] += 1\n", "desc", "description"),
+    ("cdef void _w(DLPackObject r):\n    memset(&r.desc, 0, 8)\n", "desc", "description"),
+    ("cdef void _w(DLPackObject r, DLTensor *t):\n    memcpy(r.desc.dl.shape, t.shape, 8)\n",
+     "desc", "description"),
+    ("cdef void _w(DLPackObject r):\n    r._base = None\n", "_base", "ownership"),
+    ("cdef void _w(DLPackObject r):\n    cdef Py_buffer *v = <Py_buffer *>&r._view\n", "_view",
+     "ownership"),
+    ("cdef void _w(DLPackObject r):\n    r.sync.kind = SYNC_NONE\n", "sync", "producer_sync"),
+    ("cdef void _w(DLPackObject r):\n    r._plain_versioned = True\n", "_plain_versioned",
+     "export_policy"),
+])
+def test_a_field_written_outside_its_owners_fails(tmp_path, code, field, group):
+    """A writer assigning, taking the address of or copying into a group's field fails."""
+    src = copy_tree(tmp_path)
+    append(src / "_out" / "dlpack.pxi", code)
+    got = run(src)
+    assert got.returncode == 1
+    assert f"{field} in _w: a field of group {group} written outside its owners" in got.stdout
+
+
+def test_reads_and_other_types_fields_pass(tmp_path):
+    """Reads, a <const ...> address, comparisons and another type's field of the same name are
+    no writes; an owner's write (a reader's, _own.pxi's) is none outside its owners."""
+    src = copy_tree(tmp_path)
+    append(src / "_out" / "dlpack.pxi", """cdef int _r(DLPackObject r, _Other o):
+    cdef const DLTensor *t = <const DLTensor *>&r.desc.dl
+    o.desc = 1
+    if r.desc.flags == 0 or r._base != None or r.sync.kind <= SYNC_NONE:
+        return t.ndim
+    return 0
+""")
+    append(src / "_in" / "dlpack.pxi", "cdef void _w(DLPackObject r):\n    r.desc.flags = 0\n")
+    append(src / "_own.pxi", "cdef void _w2(DLPackObject r):\n    r._base = None\n")
+    got = run(src)
+    assert got.returncode == 0, got.stdout
 
 
 def test_a_name_used_before_its_file_is_included_fails(tmp_path):
