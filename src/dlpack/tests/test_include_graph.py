@@ -40,7 +40,7 @@ def test_the_tree_passes():
     assert got.returncode == 0, got.stdout + got.stderr
     assert "0 problems" in got.stdout
     for group in ("description 0 of 1", "ownership 0 of 6", "producer_sync 0 of 2",
-                  "export_policy 0 of 3", "caches 0 of 2"):
+                  "export_policy 0 of 4", "caches 0 of 2"):
         assert group in got.stdout
 
 
