@@ -104,23 +104,22 @@ def main() -> int:
         return 2
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1")
-    rows = dict(ROWS)
-    setup = SETUP
+    groups = [(SETUP, ROWS)]      # torch's rows apart: importing it moves the others' counts
     if args.torch:
-        rows.update(TORCH_ROWS)
-        setup += TORCH_SETUP
+        groups.append((SETUP + TORCH_SETUP, TORCH_ROWS))
     before = {}
     if args.compare:
         with open(args.compare) as f:
             before = json.load(f)
-    start = warm_up(setup, list(rows.values()))
-    baseline = collected(start, env)
     counts = {}
-    for label, stmt in rows.items():
-        counts[label] = n = per_call(start, stmt, baseline, env)
-        old = before.get(label)
-        ratio = f"  {n / old:5.3f}× of {old:9.0f}" if old else ""
-        print(f"{label:40} {n:9.0f} instructions{ratio}", flush=True)
+    for setup, rows in groups:
+        start = warm_up(setup, list(rows.values()))
+        baseline = collected(start, env)
+        for label, stmt in rows.items():
+            counts[label] = n = per_call(start, stmt, baseline, env)
+            old = before.get(label)
+            ratio = f"  {n / old:5.3f}× of {old:9.0f}" if old else ""
+            print(f"{label:40} {n:9.0f} instructions{ratio}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(counts, f, indent=1)
