@@ -1,5 +1,5 @@
 """Check the graph of _core.pyx's included files: each name a .pxi uses is defined in itself or
-in a file included before it, the readers (_in/) and writers (_out/) use each other's names
+in a file included before it, the readers (_readers/) and writers (_writers/) use each other's names
 only through the shared files, and each group of DLPackObject's fields is written only by its
 owners (docs/spec.md §1's layout).
 
@@ -11,7 +11,7 @@ structs, ctypedefs, fused types, module variables), the members of its enums and
 
 The groups are read from the class's declaration (_core.pxd): a comment
 ``# group NAME, written by: OWNER...`` (continued on comment lines indented further) heads the
-fields declared below it. An owner is a directory (``_in/``), a file (``_own.pxi``), a
+fields declared below it. An owner is a directory (``_readers/``), a file (``_own.pxi``), a
 function or a method (``DLPackObject._validate``). A field is written where it is assigned
 (also augmented, or through a member or an index: ``r.desc.dl.shape[i] = n``), where its
 address is taken other than by a ``<const ...>`` cast, and where it is memcpy's or memset's
@@ -145,11 +145,11 @@ def used(text: str) -> set[str]:
 
 
 def side(name: str) -> str | None:
-    return name.split("/")[0] if name.startswith(("_in/", "_out/")) else None
+    return name.split("/")[0] if name.startswith(("_readers/", "_writers/")) else None
 
 
 def problems(src: Path) -> list[str]:
-    """Every use out of order or across _in/ and _out/."""
+    """Every use out of order or across _readers/ and _writers/."""
     files = includes(src / "_core.pyx")
     texts = {f: (src / f).read_text() for f in files}
     core = defined((src / "_core.pyx").read_text())

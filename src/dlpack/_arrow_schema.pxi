@@ -1,5 +1,5 @@
-# Arrow's schemas, read by the Arrow reader (_in/arrow.pxi) and by the writer's requested_schema
-# (_out/arrow.pxi): format strings, the extension metadata (arrow.bool8,
+# Arrow's schemas, read by the Arrow reader (_readers/arrow.pxi) and by the writer's
+# requested_schema (_writers/arrow.pxi): format strings, the extension metadata (arrow.bool8,
 # arrow.fixed_shape_tensor) and the capsules that carry the structs (docs/spec.md §13). Every
 # struct is foreign: each child is copied once before it is read.
 

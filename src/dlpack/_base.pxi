@@ -76,7 +76,7 @@ cdef int _unknown_device(str protocol, DLDevice dev) except -1:
                   "DLPack")
 
 
-cdef DLPackExchangeAPI _API          # filled in by _out/exchange_api.pxi
+cdef DLPackExchangeAPI _API          # filled in by _writers/exchange_api.pxi
 cdef tuple _CPU0 = (DLDeviceType.kDLCPU, 0)
 
 

@@ -70,7 +70,7 @@ cdef struct ProducerSync:        # one kind at most; the members of the others a
 cdef class DLPackObject:
     cdef object __weakref__
 
-    # group description, written by: _in/ DLPackObject
+    # group description, written by: _readers/ DLPackObject
     cdef Description desc
 
     # group ownership, written by: _own.pxi

@@ -1,4 +1,5 @@
-# The core type DLPackObject and asdlpack(): every protocol in (_in/), every protocol out (_out/).
+# The core type DLPackObject and asdlpack(): a reader for every protocol in (_readers/), a writer
+# for every protocol out (_writers/).
 # The files it is made of, in dependency order (declarations, then the shared arithmetic, then
 # ownership and the driver, then readers and writers, which use them, then asdlpack's walk over
 # the readers); a new reader or writer adds its line to its group (a reader also its row to the
@@ -9,21 +10,21 @@ include "_copy.pxi"              # the copy routine: allocating copies, gatherin
 include "_cuda.pxi"              # the CUDA driver and stream ordering
 include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
-include "_in/buffer.pxi"         # readers, one per protocol
-include "_in/ndarray.pxi"
-include "_in/array_interface.pxi"
-include "_in/array_struct.pxi"
-include "_in/exchange_api.pxi"
-include "_in/torch.pxi"
-include "_in/dlpack.pxi"
-include "_in/address.pxi"
-include "_in/arrow.pxi"
-include "_out/dlpack.pxi"        # writers, one per protocol
-include "_out/buffer.pxi"
-include "_out/array_interface.pxi"
-include "_out/exchange_api.pxi"
-include "_out/pickle.pxi"
-include "_out/arrow.pxi"
+include "_readers/buffer.pxi"    # readers, one per protocol
+include "_readers/ndarray.pxi"
+include "_readers/array_interface.pxi"
+include "_readers/array_struct.pxi"
+include "_readers/exchange_api.pxi"
+include "_readers/torch.pxi"
+include "_readers/dlpack.pxi"
+include "_readers/address.pxi"
+include "_readers/arrow.pxi"
+include "_writers/dlpack.pxi"    # writers, one per protocol
+include "_writers/buffer.pxi"
+include "_writers/array_interface.pxi"
+include "_writers/exchange_api.pxi"
+include "_writers/pickle.pxi"
+include "_writers/arrow.pxi"
 include "_walk.pxi"              # asdlpack's protocol walk: the table of spec §3's steps
 include "_compat021.pxi"         # pydlpack 0.2.1's API (impl_cls, per-protocol functions)
 include "_abi_layout.pxi"        # the vendored header's sizes and offsets, for the ABI test
@@ -89,7 +90,7 @@ cdef class DLPackObject:
     """
     # The fields are declared in _core.pxd in four groups and the caches, each written only by
     # its owners (docs/spec.md §1; .ci/include_graph.py checks it):
-    #   desc (Description: dl, flags, layout, inline_dims) -- the readers (_in/) and this
+    #   desc (Description: dl, flags, layout, inline_dims) -- the readers (_readers/) and this
     #     class's methods (_alloc_dims, _validate; _describe_tensor fills it from a foreign
     #     DLTensor, _describe_as from another object, _declare_writable clears READ_ONLY)
     #   ownership (_view, _has_view, _managed, _managed_versioned, _base, _kept_alive) --
@@ -367,7 +368,7 @@ cdef class DLPackObject:
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
     # __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) is installed
-    # below the class: a fast-call method (_out/dlpack.pxi), as every consumer calls it.
+    # below the class: a fast-call method (_writers/dlpack.pxi), as every consumer calls it.
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         _fill_buffer(self, view, flags)

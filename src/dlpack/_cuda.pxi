@@ -127,8 +127,8 @@ _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVI
                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER,
                      CU_POINTER_ATTRIBUTE_CONTEXT]
 cdef int _CU_BUFFER_ID = CU_POINTER_ATTRIBUTE_BUFFER_ID
-# torch's rules the readers and writers share (the rest: _in/torch.pxi). torch.Tensor's
-# __dlpack_c_exchange_api__, once _in/torch.pxi found it usable: the reader's fast path calls
+# torch's rules the readers and writers share (the rest: _readers/torch.pxi). torch.Tensor's
+# __dlpack_c_exchange_api__, once _readers/torch.pxi found it usable: the reader's fast path calls
 # it, and a CUDA export asks whether an object's work API is torch's.
 cdef DLPackExchangeAPI *_torch_api = NULL
 cdef object _torch_api_capsule = None       # keeps the API struct alive
@@ -136,7 +136,7 @@ cdef object _torch_api_capsule = None       # keeps the API struct alive
 
 cdef int _torch_current_device(DLPackObject self) except -1:
     """torch's own __dlpack__ refuses CUDA tensors off the current device; so do the reader's
-    fast path (_in/torch.pxi) and exports of tensors taken through its C exchange API (§4: a
+    fast path (_readers/torch.pxi) and exports of tensors taken through its C exchange API (§4: a
     fast path refuses what the producer does)."""
     current = sys.modules["torch"].cuda.current_device()
     if current != self.desc.dl.device.device_id:

@@ -1,4 +1,4 @@
-/* A broken producer's exchange-API entry point, for test_out_exchange_api.py: it sets a Python
+/* A broken producer's exchange-API entry point, for test_writer_exchange_api.py: it sets a Python
    error and yet returns 0 (success), with the tensor the test stashed. Python's C API is
    declared, not included: the symbols resolve in the interpreter that loads the library. */
 typedef struct _object PyObject;

@@ -27,8 +27,8 @@ def run(src: Path) -> subprocess.CompletedProcess:
 def copy_tree(tmp_path: Path) -> Path:
     """The package's _core.pyx and .pxi files, to be edited."""
     out = tmp_path / "dlpack"
-    for path in [SRC / "_core.pyx", SRC / "_core.pxd", *SRC.glob("*.pxi"), *SRC.glob("_in/*.pxi"),
-                 *SRC.glob("_out/*.pxi")]:
+    for path in [SRC / "_core.pyx", SRC / "_core.pxd", *SRC.glob("*.pxi"),
+                 *SRC.glob("_readers/*.pxi"), *SRC.glob("_writers/*.pxi")]:
         target = out / path.relative_to(SRC)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
@@ -64,7 +64,7 @@ def append(path: Path, code: str) -> None:
 def test_a_field_written_outside_its_owners_fails(tmp_path, code, field, group):
     """A writer assigning, taking the address of or copying into a group's field fails."""
     src = copy_tree(tmp_path)
-    append(src / "_out" / "dlpack.pxi", code)
+    append(src / "_writers" / "dlpack.pxi", code)
     got = run(src)
     assert got.returncode == 1
     assert f"{field} in _w: a field of group {group} written outside its owners" in got.stdout
@@ -74,14 +74,14 @@ def test_reads_and_other_types_fields_pass(tmp_path):
     """Reads, a <const ...> address, comparisons and another type's field of the same name are
     no writes; an owner's write (a reader's, _own.pxi's) is none outside its owners."""
     src = copy_tree(tmp_path)
-    append(src / "_out" / "dlpack.pxi", """cdef int _r(DLPackObject r, _Other o):
+    append(src / "_writers" / "dlpack.pxi", """cdef int _r(DLPackObject r, _Other o):
     cdef const DLTensor *t = <const DLTensor *>&r.desc.dl
     o.desc = 1
     if r.desc.flags == 0 or r._base != None or r.sync.kind <= SYNC_NONE:
         return t.ndim
     return 0
 """)
-    append(src / "_in" / "dlpack.pxi", "cdef void _w(DLPackObject r):\n    r.desc.flags = 0\n")
+    append(src / "_readers" / "dlpack.pxi", "cdef void _w(DLPackObject r):\n    r.desc.flags = 0\n")
     append(src / "_own.pxi", "cdef void _w2(DLPackObject r):\n    r._base = None\n")
     got = run(src)
     assert got.returncode == 0, got.stdout
@@ -101,10 +101,10 @@ def test_a_name_used_before_its_file_is_included_fails(tmp_path):
 
 
 def test_a_writer_using_a_readers_name_fails(tmp_path):
-    """A name of _in/dlpack.pxi read in _out/dlpack.pxi (included after it) still fails."""
+    """A name of _readers/dlpack.pxi read in _writers/dlpack.pxi (included after it) still fails."""
     src = copy_tree(tmp_path)
-    writer = src / "_out" / "dlpack.pxi"
+    writer = src / "_writers" / "dlpack.pxi"
     writer.write_text(writer.read_text() + "\n\ncdef object _peek():\n    return _tf_eager\n")
     got = run(src)
     assert got.returncode == 1
-    assert "_out/dlpack.pxi uses _tf_eager of _in/dlpack.pxi" in got.stdout
+    assert "_writers/dlpack.pxi uses _tf_eager of _readers/dlpack.pxi" in got.stdout

@@ -178,7 +178,7 @@ def test_3_blocking_calls_are_made_without_the_gil(fake):
     copy = asdlpack(b"abcd").__dlpack__(dl_device=(2, 2), max_version=(1, 0))
     del copy                                                         # alloc, HtoD, free
     names = {c[0] for c in fake.calls}
-    # cuEventSynchronize (an Arrow sync_event) is exercised by test_in_arrow's host reads and
+    # cuEventSynchronize (an Arrow sync_event) is exercised by test_reader_arrow's host reads and
     # cuCtxSynchronize by test_driver_rules' managed-memory reads, under the same fixture check;
     # the IPC and restoring ones by test_ipc's children, which check the same
     assert fake_cuda.BLOCKING - {"cuInit", "cuEventSynchronize", "cuCtxSynchronize",

@@ -1,4 +1,4 @@
-"""Consumer side: __array_interface__ out (spec §5), zero-copy into NumPy and Pillow, and
+"""Writer: __array_interface__ out (spec §5), zero-copy into NumPy and Pillow, and
 ml_dtypes views of opaque items."""
 
 import ctypes

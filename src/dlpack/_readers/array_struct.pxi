@@ -1,4 +1,4 @@
-# Provider: __array_struct__ (a capsule holding NumPy's PyArrayInterface C struct).
+# Reader: __array_struct__ (a capsule holding NumPy's PyArrayInterface C struct).
 
 cdef DLPackObject _from_array_struct(object obj, object capsule):
     """The struct, its shape and its strides are copied once, before any Python code or

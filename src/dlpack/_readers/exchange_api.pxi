@@ -1,4 +1,4 @@
-# Provider: a type's C exchange API (DLPack 1.3 __dlpack_c_exchange_api__), a fast path
+# Reader: a type's C exchange API (DLPack 1.3 __dlpack_c_exchange_api__), a fast path
 # to what its __dlpack__ gives; torch's is asked through torch.pxi's rules.
 
 cdef extern from *:

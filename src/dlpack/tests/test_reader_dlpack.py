@@ -1,4 +1,4 @@
-"""Providers: __dlpack__ objects, raw capsules, TensorFlow, PyArrow, protocol order (spec §3.1)."""
+"""Readers: __dlpack__ objects, raw capsules, TensorFlow, PyArrow, protocol order (spec §3.1)."""
 
 import gc
 import importlib.util

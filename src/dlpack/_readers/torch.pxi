@@ -1,4 +1,4 @@
-# Provider fast path: torch.Tensor — torch's rules on the way in (what its __dlpack__ refuses,
+# Reader, a fast path: torch.Tensor — torch's rules on the way in (what its __dlpack__ refuses,
 # what its export gets wrong), and its C exchange API where it gives the same tensor. The two
 # rules the writers share (torch's API, its current CUDA device) are _cuda.pxi's.
 

@@ -1,7 +1,7 @@
-"""Provider: the Arrow PyCapsule interface (docs/spec.md §13): real Arrow libraries into
+"""Reader: the Arrow PyCapsule interface (docs/spec.md §13): real Arrow libraries into
 DLPack — values, addresses, read-only-ness, the release callback run once after the last view
 — and ctypes-built structs (tests/arrow_producers.py) where every field must be under control;
-the checker's Arrow rules. The way out is test_out_arrow; the refusals are the hostile
+the checker's Arrow rules. The way out is test_writer_arrow; the refusals are the hostile
 corpus's groups ``arrow`` and ``arrow-out``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Consumer side: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
+# Writer: __dlpack__ (DLPack 1.x versioned and legacy capsules), with the array API's
 # dl_device / copy: host copies of host or CUDA data, and CUDA copies of host data
 # (docs/spec.md §10).
 # The export block, its deleters and the capsule destructors live in _own.pxi.

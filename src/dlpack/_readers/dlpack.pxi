@@ -1,4 +1,4 @@
-# Provider: DLPack — __dlpack__ objects, raw capsules, ctypes pointers (a type's C exchange API
+# Reader: DLPack — __dlpack__ objects, raw capsules, ctypes pointers (a type's C exchange API
 # is exchange_api.pxi's; torch's rules are torch.pxi's).
 
 cdef tuple _MAX_VERSION = (DLPACK_MAJOR, DLPACK_MINOR)

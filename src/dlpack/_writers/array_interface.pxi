@@ -1,4 +1,4 @@
-# Consumer side: __array_interface__ (CPU data) and __cuda_array_interface__ (CUDA data), v3.
+# Writer: __array_interface__ (CPU data) and __cuda_array_interface__ (CUDA data), v3.
 
 cdef dict _interface(DLPackObject self, str protocol):
     cdef int i

@@ -1,6 +1,6 @@
-"""Provider: __array_struct__ (spec §3.3), NumPy's PyArrayInterface in a capsule. The reader's
+"""Reader: __array_struct__ (spec §3.3), NumPy's PyArrayInterface in a capsule. The reader's
 refusals are the hostile corpus's group ``array_struct``; the layouts it shares with
-__array_interface__ are pinned in test_in_array_interface."""
+__array_interface__ are pinned in test_reader_array_interface."""
 
 import ctypes
 

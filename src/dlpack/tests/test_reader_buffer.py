@@ -1,4 +1,4 @@
-"""Provider: the buffer protocol (spec §3.5) — stdlib objects, ctypes, NumPy through PEP 3118."""
+"""Reader: the buffer protocol (spec §3.5) — stdlib objects, ctypes, NumPy through PEP 3118."""
 
 import array
 import ctypes

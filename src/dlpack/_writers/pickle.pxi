@@ -1,4 +1,4 @@
-# Consumer side: pickle (docs/spec.md §11). Protocol >= 5 hands the elements to the pickler as one
+# Writer: pickle (docs/spec.md §11). Protocol >= 5 hands the elements to the pickler as one
 # PickleBuffer (PEP 574: out-of-band when the pickler has a buffer_callback, so Dask, Ray and
 # shared-memory carriers move them without a copy into the stream); protocol < 5 copies them
 # in-band, as does multiprocessing's own pickler (it takes no buffer_callback).

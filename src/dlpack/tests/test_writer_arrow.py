@@ -1,4 +1,4 @@
-"""Consumer side: the Arrow PyCapsule interface out (spec §13): the structs a DLPackObject hands
+"""Writer: the Arrow PyCapsule interface out (spec §13): the structs a DLPackObject hands
 out, and real Arrow consumers (PyArrow, Polars, nanoarrow, arro3) reading them zero-copy."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Provider fast path: an exact numpy.ndarray read from its C struct (spec §3.2) gives what
+"""Reader, a fast path: an exact numpy.ndarray read from its C struct (spec §3.2) gives what
 NumPy's own __dlpack__ gives, and anything unusual takes the protocol order."""
 
 import pytest

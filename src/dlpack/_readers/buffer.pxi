@@ -1,4 +1,4 @@
-# Provider: the Python buffer protocol (PEP 3118).
+# Reader: the Python buffer protocol (PEP 3118).
 
 
 cdef int _format_dtype(const char *fmt, Py_ssize_t itemsize, DLDataType *out) except -1:

@@ -1,4 +1,4 @@
-# Provider: the Arrow PyCapsule interface — __arrow_c_device_array__, __arrow_c_array__,
+# Reader: the Arrow PyCapsule interface — __arrow_c_device_array__, __arrow_c_array__,
 # __arrow_c_stream__ — read zero-copy into one tensor (docs/spec.md §13). The ArrowSchema is
 # read and released at once; the ArrowArray (with the stream it came from) is moved into an
 # _ArrowImport that releases it when the last view is gone. Every struct is foreign: the base

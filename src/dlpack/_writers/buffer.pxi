@@ -1,4 +1,4 @@
-# Consumer side: the buffer protocol (memoryview, array.array, file.write).
+# Writer: the buffer protocol (memoryview, array.array, file.write).
 
 cdef extern from "Python.h":
     enum: PyBUF_MAX_NDIM                # 64: the most dimensions a Py_buffer may have

@@ -1,4 +1,4 @@
-# Provider: memory described by its address (dlpack.from_address) — a C library's buffer bound
+# Reader: memory described by its address (dlpack.from_address) — a C library's buffer bound
 # with ctypes or cffi, an allocator's block, a memory map. The caller vouches for the address and
 # for the owner that keeps it alive; shape, strides and dtype go through _validate like every
 # reader's. Sequences are snapshot first (docs/spec.md §7).

@@ -1,4 +1,4 @@
-"""Consumer side: the buffer protocol (spec §5) — memoryview, file.write, array.array, struct —
+"""Writer: the buffer protocol (spec §5) — memoryview, file.write, array.array, struct —
 and round trips through each output."""
 
 import array

@@ -1,4 +1,4 @@
-# Provider fast path: an exact numpy.ndarray, read from its C struct.
+# Reader, a fast path: an exact numpy.ndarray, read from its C struct.
 # NumPy's C macros (PyArray_DATA, PyArray_DIMS, PyArray_TYPE, …) bake these field offsets into
 # every compiled extension, so they are ABI-stable; we still check them once against NumPy's
 # Python-level view of the first array seen, and use __array_struct__ if they disagree.

@@ -1,4 +1,4 @@
-"""Providers: __array_interface__ v3 (spec §3.2) and __array_struct__ (§3.3), with hostile dicts."""
+"""Readers: __array_interface__ v3 (spec §3.2) and __array_struct__ (§3.3), with hostile dicts."""
 
 import pytest
 

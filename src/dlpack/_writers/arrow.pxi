@@ -1,4 +1,4 @@
-# Consumer side: the Arrow PyCapsule interface (docs/spec.md §13). A DLPackObject is an Arrow
+# Writer: the Arrow PyCapsule interface (docs/spec.md §13). A DLPackObject is an Arrow
 # array without a copy: 1-D data a primitive array, 0-d data a one-value array, N-D
 # C-contiguous data an arrow.fixed_shape_tensor, bool an arrow.bool8. Each exported ArrowArray
 # holds the DLPackObject (through an _ArrowAnchor, _own.pxi) until its release callback runs;

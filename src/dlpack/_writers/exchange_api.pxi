@@ -1,4 +1,4 @@
-# Consumer side: DLPack 1.3's C exchange API (__dlpack_c_exchange_api__ on the type).
+# Writer: DLPack 1.3's C exchange API (__dlpack_c_exchange_api__ on the type).
 # Deleters and the export block are in _own.pxi.
 
 

@@ -1,4 +1,4 @@
-# Providers: __array_interface__ (v3) and __cuda_array_interface__ (v2, v3), which share a layout.
+# Readers: __array_interface__ (v3) and __cuda_array_interface__ (v2, v3), which share a layout.
 # Every field is read once into a local (a snapshot), so a provider that changes the dict or a
 # sequence while we read it cannot make us size one thing and fill another.
 
