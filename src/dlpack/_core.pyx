@@ -8,6 +8,7 @@ include "_decl.pxi"              # cimports and C declarations, for every file b
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
 include "_cuda.pxi"              # the CUDA driver and stream ordering
+include "_cuda_ipc.pxi"          # CUDA memory and events shared across processes
 include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
 include "_readers/buffer.pxi"    # readers, one per protocol
