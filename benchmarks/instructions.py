@@ -41,6 +41,7 @@ def out_of_band(buffer):
 
 TORCH_SETUP = """
 import torch
+torch.set_num_threads(1)     # another thread's spinning would count
 t = torch.arange(12, dtype=torch.float32)
 dlt = asdlpack(t)
 """
@@ -69,11 +70,13 @@ N = 2000
 
 
 def collected(code: str, env: dict[str, str]) -> int:
-    """Instructions callgrind counts for running ``code`` in a fresh interpreter."""
+    """Instructions callgrind counts for running ``code`` in a fresh interpreter, which then
+    exits at once: the interpreter's teardown (a collection of the whole heap among it) varies
+    with what ran and would outweigh the calls counted."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-             sys.executable, "-c", code],
+             sys.executable, "-c", code + "\nimport os\nos._exit(0)\n"],
             capture_output=True, text=True, env=env, check=True)
     m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
     if m is None:
@@ -102,8 +105,8 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed: nothing to count", file=sys.stderr)
         return 2
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     groups = [(SETUP, ROWS)]      # torch's rows apart: importing it moves the others' counts
     if args.torch:
         groups.append((SETUP + TORCH_SETUP, TORCH_ROWS))

@@ -476,7 +476,7 @@ cdef inline void _set_legacy_import(DLPackObject r, bint legacy) noexcept:
 
 
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
-             bint legacy_writable=False, cuda_pickle=_PICKLE_MODES[0]):
+             bint legacy_writable=False, cuda_pickle="ipc"):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
@@ -491,12 +491,54 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     ``__dlpack__()`` give a versioned capsule; consumers that pass ``max_version`` choose for
     themselves.
     """
-    cdef DLPackObject r
-    cdef type t = type(obj)
-    cdef int mode = PICKLE_IPC if cuda_pickle is _PICKLE_MODES[0] else _pickle_mode(cuda_pickle)
+    cdef int mode = PICKLE_IPC
+    if cuda_pickle is not _PICKLE_DEFAULT:        # the default's own object: no lookup
+        mode = _pickle_mode(cuda_pickle)
     if impl_cls is not None:
         return _asdlpack_impl_cls(obj, impl_cls, allow_legacy_readonly, legacy_writable,
                                   cuda_pickle)
+    return _asdlpack(obj, allow_legacy_readonly, legacy_writable, mode)
+
+
+cdef object _asdlpack_plain(object obj):
+    """asdlpack(obj): what nearly every call is, with no argument to parse."""
+    return _asdlpack(obj, False, False, PICKLE_IPC)
+
+
+cdef extern from *:
+    """
+    /* asdlpack as a METH_FASTCALL | METH_KEYWORDS function: asdlpack(obj), nearly every call,
+       goes straight to the reader; any other call to the def with the full signature, which
+       parses and checks every argument (and words every error) as it always did. */
+    static PyObject *dlpk_asdlpack_full;
+    static PyObject *(*dlpk_asdlpack_plain)(PyObject *);
+    static PyObject *dlpk_asdlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
+        if (nargs == 1 && kwnames == NULL)
+            return dlpk_asdlpack_plain(args[0]);
+        return PyObject_Vectorcall(dlpk_asdlpack_full, args, nargs, kwnames);
+    }
+    static PyMethodDef dlpk_asdlpack_def = {"asdlpack", (PyCFunction)(void (*)(void))dlpk_asdlpack,
+                                            METH_FASTCALL | METH_KEYWORDS, NULL};
+    /* The fast function in place of full (the def) in the module's dict, its docstring full's
+       with a text signature (inspect.signature reads it). */
+    static PyObject *dlpk_fast_asdlpack(PyObject *full, PyObject *doc, PyObject *module) {
+        Py_INCREF(full);
+        dlpk_asdlpack_full = full;
+        Py_INCREF(doc);                          /* held for good, as the function is */
+        dlpk_asdlpack_def.ml_doc = PyBytes_AS_STRING(doc);
+        return PyCFunction_NewEx(&dlpk_asdlpack_def, NULL, module);
+    }
+    """
+    object (*_asdlpack_plain_ptr "dlpk_asdlpack_plain")(object)
+    object _fast_asdlpack "dlpk_fast_asdlpack"(object, bytes, object)
+
+
+cdef DLPackObject _asdlpack(object obj, bint allow_legacy_readonly, bint legacy_writable,
+                           int mode):
+    """asdlpack's body, its arguments parsed."""
+    cdef DLPackObject r
+    cdef type t = type(obj)
     if t is DLPackObject:
         r = <DLPackObject>obj
         if r._legacy_readonly == allow_legacy_readonly and not (
@@ -517,7 +559,9 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     elif t is _ndarray:
         # Same memory, owner and flags as its __dlpack__ at a fraction of the cost; anything
         # unusual (unaligned, structured, ml_dtypes…) takes the full protocol order.
-        r = _from_ndarray(obj) if _ndarray_layout == 1 else None
+        r = None
+        if _ndarray_layout == 1:
+            r = _from_ndarray(obj)
         if r is None:
             r = _walk_protocols(obj)
     else:
@@ -525,6 +569,17 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
     _set_policy(r, allow_legacy_readonly, legacy_writable)
     _set_pickle_mode(r, mode)
     return r
+
+
+cdef str _asdlpack_doc = asdlpack.__doc__
+if _asdlpack_doc.startswith("asdlpack("):     # Cython's embedded signature: the text one's
+    _asdlpack_doc = _asdlpack_doc.partition("\n")[2].lstrip("\n")
+_asdlpack_plain_ptr = _asdlpack_plain
+asdlpack = _fast_asdlpack(
+    asdlpack,
+    ("asdlpack(obj, impl_cls=None, *, allow_legacy_readonly=False, legacy_writable=False, "
+     "cuda_pickle='ipc')\n--\n\n" + _asdlpack_doc).encode(),
+    __name__)
 
 
 def todict(obj):

@@ -198,6 +198,7 @@ cdef enum:
     PICKLE_COPY = 1         # a host copy, always
     PICKLE_IPC_ONLY = 2     # an IPC handle, or refused
 cdef tuple _PICKLE_MODES = ("ipc", "copy", "ipc_only")
+cdef str _PICKLE_DEFAULT = "ipc"         # asdlpack's default (the same interned constant)
 
 
 cdef int _pickle_mode(object mode) except -1:
