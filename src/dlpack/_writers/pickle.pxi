@@ -245,6 +245,9 @@ cdef class _IpcExport:
 
 cdef object _ipc_exports = None     # DLPackObject -> its _IpcExport (weak keys)
 cdef object _ipc_senders = None     # token -> the DLPackObject (weak values)
+# Tokens count from a random 62-bit start: a pid names a process only within its PID namespace
+# (containers sharing one IPC namespace reuse pids), so a pickle from another process with this
+# pid must not find one of this process's senders by a token both counted to.
 cdef int64_t _ipc_last_token = 0
 
 
@@ -256,6 +259,7 @@ cdef _IpcExport _ipc_export_of(DLPackObject self):
         import weakref
         _ipc_exports = weakref.WeakKeyDictionary()
         _ipc_senders = weakref.WeakValueDictionary()
+        _ipc_last_token = int.from_bytes(_os.urandom(8), "little") >> 2
     e = _ipc_exports.get(self)
     if e is None or e.event.generation != _cu_generation:
         e = _IpcExport.__new__(_IpcExport)

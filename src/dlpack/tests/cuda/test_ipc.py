@@ -225,6 +225,24 @@ def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
         pickle.loads(payload)
 
 
+def pickled_arguments():
+    """This process's first pickle of device memory, as _rebuild_ipc's arguments."""
+    dl = asdlpack(CAI(device_floats(fake_cuda.installed(), values=[7] * 6), shape=(6,),
+                      stream=None))
+    return dl.__reduce_ex__(5)[1]
+
+
+def test_a_pickle_from_another_pid_namespace_does_not_find_this_processs_object(fake, pool):
+    # spec §11: containers sharing an IPC namespace reuse pids; tokens count from a random start
+    mine = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    token = mine.__reduce_ex__(5)[1][11]
+    theirs, _ = child(pool, fake, pickled_arguments)
+    assert theirs[11] != token
+    forged = [*theirs[:10], os.getpid(), theirs[11]]      # their pid number is ours
+    with pytest.raises(BufferError, match=r"field 'token'"):
+        _core._rebuild_ipc(*forged)
+
+
 def load_on(payload, order):
     """Unpickle where the devices come in another order (or without the sender's GPU)."""
     fake_cuda.installed().uuid_order = order
