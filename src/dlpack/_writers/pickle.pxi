@@ -249,25 +249,30 @@ cdef object _ipc_senders = None     # token -> the DLPackObject (weak values)
 # (containers sharing one IPC namespace reuse pids), so a pickle from another process with this
 # pid must not find one of this process's senders by a token both counted to.
 cdef int64_t _ipc_last_token = 0
+# One export per object even when threads pickle it at once: the tables' lookups run Python code
+# (a thread switch), and an _IpcExport replaced by another thread's would destroy the event its
+# pickles name.
+cdef object _ipc_lock = _threading.Lock()
 
 
 cdef _IpcExport _ipc_export_of(DLPackObject self):
     """self's _IpcExport, made at its first pickle as a handle (one event per object)."""
     global _ipc_exports, _ipc_senders, _ipc_last_token
     cdef _IpcExport e
-    if _ipc_exports is None:
-        import weakref
-        _ipc_exports = weakref.WeakKeyDictionary()
-        _ipc_senders = weakref.WeakValueDictionary()
-        _ipc_last_token = int.from_bytes(_os.urandom(8), "little") >> 2
-    e = _ipc_exports.get(self)
-    if e is None or e.event.generation != _cu_generation:
-        e = _IpcExport.__new__(_IpcExport)
-        e.event = _cu_ipc_event(self.desc.dl.device.device_id)
-        _ipc_last_token += 1
-        e.token = _ipc_last_token
-        _ipc_exports[self] = e
-        _ipc_senders[e.token] = self
+    with _ipc_lock:
+        if _ipc_exports is None:
+            import weakref
+            _ipc_exports = weakref.WeakKeyDictionary()
+            _ipc_senders = weakref.WeakValueDictionary()
+            _ipc_last_token = int.from_bytes(_os.urandom(8), "little") >> 2
+        e = _ipc_exports.get(self)
+        if e is None or e.event.generation != _cu_generation:
+            e = _IpcExport.__new__(_IpcExport)
+            e.event = _cu_ipc_event(self.desc.dl.device.device_id)
+            _ipc_last_token += 1
+            e.token = _ipc_last_token
+            _ipc_exports[self] = e
+            _ipc_senders[e.token] = self
     return e
 
 

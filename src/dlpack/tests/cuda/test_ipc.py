@@ -8,6 +8,8 @@ import gc
 import multiprocessing
 import os
 import pickle
+import sys
+import threading
 import time
 
 import numpy as np
@@ -241,6 +243,33 @@ def test_a_pickle_from_another_pid_namespace_does_not_find_this_processs_object(
     forged = [*theirs[:10], os.getpid(), theirs[11]]      # their pid number is ours
     with pytest.raises(BufferError, match=r"field 'token'"):
         _core._rebuild_ipc(*forged)
+
+
+def send_with(dl, start, sent):
+    """A thread pickling dl once all threads are ready."""
+    start.wait()
+    sent.append(dl.__reduce_ex__(5)[1])
+
+
+def test_threads_pickling_one_object_share_its_event(fake):
+    # spec §11: one event per object; a second made by a racing thread would replace the first,
+    # destroying the event the first thread's pickle names
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+            start, sent = threading.Barrier(4), []
+            threads = [threading.Thread(target=send_with, args=(dl, start, sent))
+                       for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({(args[9], args[11]) for args in sent}) == 1
+            fake.run()
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def load_on(payload, order):
