@@ -410,12 +410,14 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     r = _new_object()
     try:
         _pickled_header(&p, code, bits, lanes, shape, strides, flags)
+        field = "handle"
         try:
             ordinal = _ipc_ordinal(uuid)
             mem = _cu_ipc_open(ordinal, handle)
+            field = "event"
             ev = _cu_ipc_open_event(ordinal, event)
         except CudaError as e:
-            raise Refusal(f"pickle: field 'handle': {e}; a CUDA IPC handle opens in another "
+            raise Refusal(f"pickle: field '{field}': {e}; a CUDA IPC handle opens in another "
                           "process on the same machine (and IPC namespace) while the sending "
                           "object lives; send a host copy instead: asdlpack(x, "
                           "cuda_pickle='copy') before pickling") from e

@@ -353,6 +353,9 @@ def test_forged_handles_are_refused(fake, pool):
     forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
     error, _ = child(pool, fake, rebuild_error, forged)
     assert "reaches outside the 24-byte buffer" in error
+    forged = [*elsewhere[:9], bytes(64), *elsewhere[10:]]   # the memory opens, the event not
+    error, _ = child(pool, fake, rebuild_error, forged)
+    assert "field 'event'" in error and "cuIpcOpenEventHandle" in error
 
 
 # -- the fake's IPC rules, as strict as libcuda's -------------------------------------------------
