@@ -328,14 +328,20 @@ cdef bytes _bytes_field(object value, str name, Py_ssize_t size):
     return value
 
 
-cdef int32_t _ipc_ordinal(object uuid) except -1:
-    """This process's ordinal of the GPU a pickle names by UUID."""
+cdef str _IPC_WAY_OUT = "send a host copy: asdlpack(x, cuda_pickle='copy') before pickling"
+# a host copy restores on its device kind: only a CPU copy loads where that GPU is not
+cdef str _COPY_WAY_OUT = (f"pickle a CPU copy: asdlpack(x.__dlpack__(dl_device=({kDLCPU}, 0), "
+                          "copy=True))")
+
+
+cdef int32_t _ipc_ordinal(object uuid, str way_out) except -1:
+    """This process's ordinal of the GPU a pickle names by UUID (way_out: the sender's
+    remedy when it is not here)."""
     cdef int32_t ordinal = _cu_uuid_ordinal(_bytes_field(uuid, "device", CU_UUID_SIZE))
     if ordinal < 0:
         raise Refusal(f"pickle: field 'device' = GPU {uuid.hex()} is not a GPU this process "
                       "sees (CUDA_VISIBLE_DEVICES hides it, or the pickle comes from another "
-                      "machine); load it where that GPU is visible, or send a host copy: "
-                      "asdlpack(x, cuda_pickle='copy') before pickling")
+                      f"machine); load it where that GPU is visible, or {way_out}")
     return ordinal
 
 
@@ -356,7 +362,11 @@ def _rebuild_copy(kind, uuid, args):
         raise Refusal(f"pickle: field 'kind' = {kind} is not a CUDA device kind; the "
                       "pickle is corrupt or forged")
     host = _rebuild(*args)
-    ordinal = _ipc_ordinal(uuid)
+    try:
+        ordinal = _ipc_ordinal(uuid, _COPY_WAY_OUT)
+    except CudaError as e:
+        raise Refusal(f"pickle: field 'device': {e}; a host copy of CUDA data loads on a GPU; "
+                      f"{_COPY_WAY_OUT} before pickling") from e
     r = _new_object()
     if kind == kDLCUDA:
         owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, ordinal), copy=True,
@@ -412,7 +422,7 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
         _pickled_header(&p, code, bits, lanes, shape, strides, flags)
         field = "handle"
         try:
-            ordinal = _ipc_ordinal(uuid)
+            ordinal = _ipc_ordinal(uuid, _IPC_WAY_OUT)
             mem = _cu_ipc_open(ordinal, handle)
             field = "event"
             ev = _cu_ipc_open_event(ordinal, event)

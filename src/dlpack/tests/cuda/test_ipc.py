@@ -307,6 +307,18 @@ def test_what_ipc_cannot_share_goes_as_a_host_copy(fake, pool, kind):
     assert "cuIpcGetMemHandle" not in names(fake.calls)
 
 
+def test_a_host_copy_that_cannot_load_names_a_cpu_copy_as_the_way_out(fake, pool):
+    # spec §11: a host copy restores on its device kind; cuda_pickle='copy' would not help
+    dl = asdlpack(CAI(device_floats(fake, device=1), shape=(6,), stream=None), cuda_pickle="copy")
+    payload = pickle.dumps(dl)
+    error, _ = child(pool, fake, load_on, payload, [0] * fake_cuda.DEVICE_COUNT)
+    assert "field 'device'" in error and "dl_device=(1, 0), copy=True" in error
+    assert "cuda_pickle" not in error
+    error, _ = child(pool, fake, load_without_driver, payload)
+    assert error[0] == "BufferError" and "field 'device'" in error[1]
+    assert "dl_device=(1, 0), copy=True" in error[1]
+
+
 @pytest.mark.parametrize("kind", ["pool", "pinned"])
 def test_ipc_only_refuses_what_ipc_cannot_share(fake, kind):
     data = (ctypes.c_float * 6)(*VALUES)
