@@ -339,6 +339,15 @@ def test_cuda_pickle_argument_is_checked(fake):
     assert copy is not dl and copy.data_ptr == dl.data_ptr
 
 
+def test_the_views_asdlpack_makes_keep_cuda_pickle(fake):
+    # spec §11: kept by the object and the views asdlpack makes of it (§2: idempotent)
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None), cuda_pickle="copy")
+    assert asdlpack(dl) is dl
+    view = asdlpack(dl, allow_legacy_readonly=True)
+    assert view is not dl and view.__reduce_ex__(5)[0] is _core._rebuild_copy
+    assert asdlpack(view, cuda_pickle="ipc").__reduce_ex__(5)[0] is _core._rebuild_ipc
+
+
 def rebuild_error(args):
     """_rebuild_ipc on forged arguments, in another process than the sender's."""
     try:
