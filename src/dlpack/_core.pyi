@@ -92,7 +92,7 @@ def asdlpack(
     *,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
-    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] | None = None,
 ) -> DLPackObject: ...
 @overload
 @deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
@@ -102,7 +102,7 @@ def asdlpack(
     *,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
-    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] | None = None,
 ) -> DLPackObject: ...
 @overload
 @deprecated("impl_cls is pydlpack 0.2.1's: consumers choose the capsule with max_version")
@@ -112,7 +112,7 @@ def asdlpack(
     impl_cls: type | None,
     allow_legacy_readonly: bool = False,
     legacy_writable: bool = False,
-    cuda_pickle: Literal["ipc", "copy", "ipc_only"] = "ipc",
+    cuda_pickle: Literal["ipc", "copy", "ipc_only"] | None = None,
 ) -> DLPackObject: ...
 def from_address(
     address: int | None,

@@ -476,24 +476,22 @@ cdef inline void _set_legacy_import(DLPackObject r, bint legacy) noexcept:
 
 
 def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
-             bint legacy_writable=False, cuda_pickle="ipc"):
+             bint legacy_writable=False, cuda_pickle=None):
     """Wrap ``obj`` — anything that speaks an array-exchange protocol — without copying.
 
     ``allow_legacy_readonly=True`` lets legacy (unversioned) DLPack consumers, which cannot see
     a read-only flag, share read-only memory (by default they get a private copy).
     ``legacy_writable=True`` declares that an unversioned capsule's memory may be written
     (unversioned capsules cannot say so, and import read-only by default).
-    ``cuda_pickle`` says how CUDA data pickles (spec §11): ``"ipc"`` as a CUDA IPC handle of
-    the memory itself where CUDA shares it, else a host copy; ``"copy"`` always a host copy;
-    ``"ipc_only"`` a handle or a refusal.
+    ``cuda_pickle`` says how CUDA data pickles (spec §11): ``"ipc"`` (None: a DLPackObject's
+    own, else this) as a CUDA IPC handle of the memory itself where CUDA shares it, else a host
+    copy; ``"copy"`` always a host copy; ``"ipc_only"`` a handle or a refusal.
     ``impl_cls`` is pydlpack 0.2.1's (deprecated; positional as in 0.2.1's
     ``asdlpack(obj, impl_cls=None)``): ``dlpack.ctypes.DLManagedTensorVersioned`` makes a plain
     ``__dlpack__()`` give a versioned capsule; consumers that pass ``max_version`` choose for
     themselves.
     """
-    cdef int mode = PICKLE_IPC
-    if cuda_pickle is not _PICKLE_DEFAULT:        # the default's own object: no lookup
-        mode = _pickle_mode(cuda_pickle)
+    cdef int mode = -1 if cuda_pickle is None else _pickle_mode(cuda_pickle)   # -1: not given
     if impl_cls is not None:
         return _asdlpack_impl_cls(obj, impl_cls, allow_legacy_readonly, legacy_writable,
                                   cuda_pickle)
@@ -502,7 +500,7 @@ def asdlpack(obj, impl_cls=None, *, bint allow_legacy_readonly=False,
 
 cdef object _asdlpack_plain(object obj):
     """asdlpack(obj): what nearly every call is, with no argument to parse."""
-    return _asdlpack(obj, False, False, PICKLE_IPC)
+    return _asdlpack(obj, False, False, -1)
 
 
 cdef extern from *:
@@ -535,12 +533,14 @@ cdef extern from *:
 
 
 cdef DLPackObject _asdlpack(object obj, bint allow_legacy_readonly, bint legacy_writable,
-                           int mode):
-    """asdlpack's body, its arguments parsed."""
+                            int mode):
+    """asdlpack's body, its arguments parsed (mode -1: cuda_pickle not given)."""
     cdef DLPackObject r
     cdef type t = type(obj)
     if t is DLPackObject:
         r = <DLPackObject>obj
+        if mode < 0:                    # kept by the views asdlpack makes (spec §11)
+            mode = r._pickle_mode
         if r._legacy_readonly == allow_legacy_readonly and not (
                 legacy_writable and r._legacy_import and r.desc.flags & FLAG_READ_ONLY
         ) and r._pickle_mode == mode:
@@ -567,7 +567,7 @@ cdef DLPackObject _asdlpack(object obj, bint allow_legacy_readonly, bint legacy_
     else:
         r = _walk_protocols(obj)
     _set_policy(r, allow_legacy_readonly, legacy_writable)
-    _set_pickle_mode(r, mode)
+    _set_pickle_mode(r, PICKLE_IPC if mode < 0 else mode)
     return r
 
 
@@ -578,7 +578,7 @@ _asdlpack_plain_ptr = _asdlpack_plain
 asdlpack = _fast_asdlpack(
     asdlpack,
     ("asdlpack(obj, impl_cls=None, *, allow_legacy_readonly=False, legacy_writable=False, "
-     "cuda_pickle='ipc')\n--\n\n" + _asdlpack_doc).encode(),
+     "cuda_pickle=None)\n--\n\n" + _asdlpack_doc).encode(),
     __name__)
 
 

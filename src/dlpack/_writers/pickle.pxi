@@ -198,7 +198,6 @@ cdef enum:
     PICKLE_COPY = 1         # a host copy, always
     PICKLE_IPC_ONLY = 2     # an IPC handle, or refused
 cdef tuple _PICKLE_MODES = ("ipc", "copy", "ipc_only")
-cdef str _PICKLE_DEFAULT = "ipc"         # asdlpack's default (the same interned constant)
 
 
 cdef int _pickle_mode(object mode) except -1:
@@ -246,25 +245,34 @@ cdef class _IpcExport:
 
 cdef object _ipc_exports = None     # DLPackObject -> its _IpcExport (weak keys)
 cdef object _ipc_senders = None     # token -> the DLPackObject (weak values)
+# Tokens count from a random 62-bit start: a pid names a process only within its PID namespace
+# (containers sharing one IPC namespace reuse pids), so a pickle from another process with this
+# pid must not find one of this process's senders by a token both counted to.
 cdef int64_t _ipc_last_token = 0
+# One export per object even when threads pickle it at once: the tables' lookups run Python code
+# (a thread switch), and an _IpcExport replaced by another thread's would destroy the event its
+# pickles name.
+cdef object _ipc_lock = _threading.Lock()
 
 
 cdef _IpcExport _ipc_export_of(DLPackObject self):
     """self's _IpcExport, made at its first pickle as a handle (one event per object)."""
     global _ipc_exports, _ipc_senders, _ipc_last_token
     cdef _IpcExport e
-    if _ipc_exports is None:
-        import weakref
-        _ipc_exports = weakref.WeakKeyDictionary()
-        _ipc_senders = weakref.WeakValueDictionary()
-    e = _ipc_exports.get(self)
-    if e is None or e.event.generation != _cu_generation:
-        e = _IpcExport.__new__(_IpcExport)
-        e.event = _cu_ipc_event(self.desc.dl.device.device_id)
-        _ipc_last_token += 1
-        e.token = _ipc_last_token
-        _ipc_exports[self] = e
-        _ipc_senders[e.token] = self
+    with _ipc_lock:
+        if _ipc_exports is None:
+            import weakref
+            _ipc_exports = weakref.WeakKeyDictionary()
+            _ipc_senders = weakref.WeakValueDictionary()
+            _ipc_last_token = int.from_bytes(_os.urandom(8), "little") >> 2
+        e = _ipc_exports.get(self)
+        if e is None or e.event.generation != _cu_generation:
+            e = _IpcExport.__new__(_IpcExport)
+            e.event = _cu_ipc_event(self.desc.dl.device.device_id)
+            _ipc_last_token += 1
+            e.token = _ipc_last_token
+            _ipc_exports[self] = e
+            _ipc_senders[e.token] = self
     return e
 
 
@@ -320,14 +328,20 @@ cdef bytes _bytes_field(object value, str name, Py_ssize_t size):
     return value
 
 
-cdef int32_t _ipc_ordinal(object uuid) except -1:
-    """This process's ordinal of the GPU a pickle names by UUID."""
+cdef str _IPC_WAY_OUT = "send a host copy: asdlpack(x, cuda_pickle='copy') before pickling"
+# a host copy restores on its device kind: only a CPU copy loads where that GPU is not
+cdef str _COPY_WAY_OUT = (f"pickle a CPU copy: asdlpack(x.__dlpack__(dl_device=({kDLCPU}, 0), "
+                          "copy=True))")
+
+
+cdef int32_t _ipc_ordinal(object uuid, str way_out) except -1:
+    """This process's ordinal of the GPU a pickle names by UUID (way_out: the sender's
+    remedy when it is not here)."""
     cdef int32_t ordinal = _cu_uuid_ordinal(_bytes_field(uuid, "device", CU_UUID_SIZE))
     if ordinal < 0:
         raise Refusal(f"pickle: field 'device' = GPU {uuid.hex()} is not a GPU this process "
                       "sees (CUDA_VISIBLE_DEVICES hides it, or the pickle comes from another "
-                      "machine); load it where that GPU is visible, or send a host copy: "
-                      "asdlpack(x, cuda_pickle='copy') before pickling")
+                      f"machine); load it where that GPU is visible, or {way_out}")
     return ordinal
 
 
@@ -348,7 +362,11 @@ def _rebuild_copy(kind, uuid, args):
         raise Refusal(f"pickle: field 'kind' = {kind} is not a CUDA device kind; the "
                       "pickle is corrupt or forged")
     host = _rebuild(*args)
-    ordinal = _ipc_ordinal(uuid)
+    try:
+        ordinal = _ipc_ordinal(uuid, _COPY_WAY_OUT)
+    except CudaError as e:
+        raise Refusal(f"pickle: field 'device': {e}; a host copy of CUDA data loads on a GPU; "
+                      f"{_COPY_WAY_OUT} before pickling") from e
     r = _new_object()
     if kind == kDLCUDA:
         owner = asdlpack(host.__dlpack__(dl_device=(kDLCUDA, ordinal), copy=True,
@@ -402,12 +420,14 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     r = _new_object()
     try:
         _pickled_header(&p, code, bits, lanes, shape, strides, flags)
+        field = "handle"
         try:
-            ordinal = _ipc_ordinal(uuid)
+            ordinal = _ipc_ordinal(uuid, _IPC_WAY_OUT)
             mem = _cu_ipc_open(ordinal, handle)
+            field = "event"
             ev = _cu_ipc_open_event(ordinal, event)
         except CudaError as e:
-            raise Refusal(f"pickle: field 'handle': {e}; a CUDA IPC handle opens in another "
+            raise Refusal(f"pickle: field '{field}': {e}; a CUDA IPC handle opens in another "
                           "process on the same machine (and IPC namespace) while the sending "
                           "object lives; send a host copy instead: asdlpack(x, "
                           "cuda_pickle='copy') before pickling") from e

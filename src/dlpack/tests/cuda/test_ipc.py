@@ -8,6 +8,8 @@ import gc
 import multiprocessing
 import os
 import pickle
+import sys
+import threading
 import time
 
 import numpy as np
@@ -225,6 +227,51 @@ def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
         pickle.loads(payload)
 
 
+def pickled_arguments():
+    """This process's first pickle of device memory, as _rebuild_ipc's arguments."""
+    dl = asdlpack(CAI(device_floats(fake_cuda.installed(), values=[7] * 6), shape=(6,),
+                      stream=None))
+    return dl.__reduce_ex__(5)[1]
+
+
+def test_a_pickle_from_another_pid_namespace_does_not_find_this_processs_object(fake, pool):
+    # spec §11: containers sharing an IPC namespace reuse pids; tokens count from a random start
+    mine = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+    token = mine.__reduce_ex__(5)[1][11]
+    theirs, _ = child(pool, fake, pickled_arguments)
+    assert theirs[11] != token
+    forged = [*theirs[:10], os.getpid(), theirs[11]]      # their pid number is ours
+    with pytest.raises(BufferError, match=r"field 'token'"):
+        _core._rebuild_ipc(*forged)
+
+
+def send_with(dl, start, sent):
+    """A thread pickling dl once all threads are ready."""
+    start.wait()
+    sent.append(dl.__reduce_ex__(5)[1])
+
+
+def test_threads_pickling_one_object_share_its_event(fake):
+    # spec §11: one event per object; a second made by a racing thread would replace the first,
+    # destroying the event the first thread's pickle names
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(50):
+            dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))
+            start, sent = threading.Barrier(4), []
+            threads = [threading.Thread(target=send_with, args=(dl, start, sent))
+                       for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({(args[9], args[11]) for args in sent}) == 1
+            fake.run()
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def load_on(payload, order):
     """Unpickle where the devices come in another order (or without the sender's GPU)."""
     fake_cuda.installed().uuid_order = order
@@ -260,6 +307,18 @@ def test_what_ipc_cannot_share_goes_as_a_host_copy(fake, pool, kind):
     assert "cuIpcGetMemHandle" not in names(fake.calls)
 
 
+def test_a_host_copy_that_cannot_load_names_a_cpu_copy_as_the_way_out(fake, pool):
+    # spec §11: a host copy restores on its device kind; cuda_pickle='copy' would not help
+    dl = asdlpack(CAI(device_floats(fake, device=1), shape=(6,), stream=None), cuda_pickle="copy")
+    payload = pickle.dumps(dl)
+    error, _ = child(pool, fake, load_on, payload, [0] * fake_cuda.DEVICE_COUNT)
+    assert "field 'device'" in error and "dl_device=(1, 0), copy=True" in error
+    assert "cuda_pickle" not in error
+    error, _ = child(pool, fake, load_without_driver, payload)
+    assert error[0] == "BufferError" and "field 'device'" in error[1]
+    assert "dl_device=(1, 0), copy=True" in error[1]
+
+
 @pytest.mark.parametrize("kind", ["pool", "pinned"])
 def test_ipc_only_refuses_what_ipc_cannot_share(fake, kind):
     data = (ctypes.c_float * 6)(*VALUES)
@@ -278,6 +337,15 @@ def test_cuda_pickle_argument_is_checked(fake):
     assert asdlpack(dl, cuda_pickle="ipc") is dl
     copy = asdlpack(dl, cuda_pickle="copy")
     assert copy is not dl and copy.data_ptr == dl.data_ptr
+
+
+def test_the_views_asdlpack_makes_keep_cuda_pickle(fake):
+    # spec §11: kept by the object and the views asdlpack makes of it (§2: idempotent)
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None), cuda_pickle="copy")
+    assert asdlpack(dl) is dl
+    view = asdlpack(dl, allow_legacy_readonly=True)
+    assert view is not dl and view.__reduce_ex__(5)[0] is _core._rebuild_copy
+    assert asdlpack(view, cuda_pickle="ipc").__reduce_ex__(5)[0] is _core._rebuild_ipc
 
 
 def rebuild_error(args):
@@ -306,6 +374,9 @@ def test_forged_handles_are_refused(fake, pool):
     forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
     error, _ = child(pool, fake, rebuild_error, forged)
     assert "reaches outside the 24-byte buffer" in error
+    forged = [*elsewhere[:9], bytes(64), *elsewhere[10:]]   # the memory opens, the event not
+    error, _ = child(pool, fake, rebuild_error, forged)
+    assert "field 'event'" in error and "cuIpcOpenEventHandle" in error
 
 
 # -- the fake's IPC rules, as strict as libcuda's -------------------------------------------------
