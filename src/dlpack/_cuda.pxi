@@ -100,6 +100,7 @@ ctypedef struct CuDriver:
     CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
     CUresult (*cuCtxSynchronize)() noexcept nogil                                     # blocks
     CUresult (*cuMemcpy3D)(const CUDA_MEMCPY3D *) noexcept nogil                      # blocks
+    CUresult (*cuStreamIsCapturing)(CUstream, int *) noexcept nogil
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
@@ -108,7 +109,7 @@ cdef tuple _CU_SYMBOLS = (
     "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
     "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
     "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize",
-    "cuMemcpy3D_v2")
+    "cuMemcpy3D_v2", "cuStreamIsCapturing")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -402,10 +403,22 @@ cdef int _cu_stream_wait(int32_t device_id, uintptr_t producer, uintptr_t consum
     own context.
     """
     cdef CUevent event = NULL
+    cdef bint capturing
     cdef CUcontext pctx = _cu_stream_context(device_id, producer)
     cdef CUcontext cctx = _cu_stream_context(device_id, consumer)
     _cu_push(pctx)
     try:
+        if consumer == CU_STREAM_LEGACY or cctx == pctx:
+            capturing = _cu_capturing(consumer)
+        else:
+            _cu_push(cctx)
+            try:
+                capturing = _cu_capturing(consumer)
+            finally:
+                _cu_leave()
+        if capturing and (producer == CU_STREAM_LEGACY or not _cu_capturing(producer)):
+            _capture_refusal(consumer, f"the producer's work is on stream {producer:#x}, "
+                             "outside the capture, and a captured stream may not wait for it")
         _cu_check(_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         _cu_check(_cu.cuEventRecord(event, <CUstream>producer), "cuEventRecord")
         if cctx == pctx:
@@ -439,9 +452,46 @@ cdef int _cu_event_wait(int32_t device_id, CUevent event, uintptr_t consumer) ex
     stream's own context (a stream may wait on an event of another context)."""
     cdef CUresult rc
     _cu_push(_cu_stream_context(device_id, consumer))
-    rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
-    _cu_leave()
+    try:
+        if _cu_capturing(consumer):
+            _capture_refusal(consumer, "the producer's work is behind its event (an Arrow "
+                             "sync_event), recorded outside the capture")
+        rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
+    finally:
+        _cu_leave()
     return _cu_check(rc, "cuStreamWaitEvent")
+
+
+cdef bint _cu_capturing(uintptr_t stream) except -1:
+    """Whether stream, of the current context, is capturing a CUDA graph (cuStreamIsCapturing;
+    an invalidated capture counts). The legacy stream never is, and is not asked: asking of it
+    while a blocking stream captures would itself invalidate that capture."""
+    cdef int status = 0
+    if stream == CU_STREAM_LEGACY:
+        return False
+    _cu_check(_cu.cuStreamIsCapturing(<CUstream>stream, &status),
+              f"cuStreamIsCapturing({stream:#x})")
+    return status != 0
+
+
+cdef int _capture_refusal(uintptr_t stream, str why) except -1:
+    raise Refusal(f"__dlpack__: the consumer's stream {stream:#x} is capturing a CUDA graph and "
+                  f"{why}, which would invalidate the capture (spec §10); make the exchange "
+                  "before capture begins, or outside the graph")
+
+
+cdef int _cu_capture_check(int32_t device_id, uintptr_t stream, str what) except -1:
+    """Refuse work that needs the host to wait, allocate or copy synchronously (what) for a
+    consumer whose stream is capturing a CUDA graph: such a call invalidates the capture."""
+    if stream == CU_STREAM_LEGACY:
+        return 0
+    _cu_push(_cu_stream_context(device_id, stream))
+    try:
+        if _cu_capturing(stream):
+            _capture_refusal(stream, f"{what} needs calls that synchronise or allocate")
+    finally:
+        _cu_leave()
+    return 0
 
 
 cdef int _cu_event_sync(int32_t device_id, CUevent event) except -1:

@@ -207,6 +207,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         _refuse(self, plan.refusal, dl_device, stream)
     if plan.torch_device:
         _torch_current_device(self)
+    if stream is not None and _needs_host_or_copy(&plan, ask.here.device_type):
+        _capture_guard(self, &plan, stream)
     if plan.order == ORDER_STREAM or plan.order == ORDER_HOST:
         _sync_for(self, stream, plan.order == ORDER_HOST)
     elif plan.order == ORDER_ROCM:
@@ -223,6 +225,26 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         elif plan.kind == PLAN_HOST_COPY_OF_DEVICE:
             _fill_from_device(self, block, versioned)
     return block
+
+
+cdef inline bint _needs_host_or_copy(const ExportPlan *p, int32_t here) noexcept nogil:
+    """Whether carrying the plan out makes CUDA calls that synchronise or allocate: a copy to,
+    from or on a GPU, or a host wait for a CUDA producer (spec §10, stream capture)."""
+    return (p.kind == PLAN_DEVICE_COPY or p.kind == PLAN_TO_DEVICE
+            or p.kind == PLAN_HOST_COPY_OF_DEVICE
+            or (p.order == ORDER_HOST and _cuda_kind(here)))
+
+
+cdef int _capture_guard(DLPackObject self, const ExportPlan *p, object stream) except -1:
+    """Refuse such a plan for a consumer whose stream is capturing a CUDA graph (spec §10)."""
+    cdef uintptr_t consumer
+    if not _consumer_stream(stream, &consumer):
+        return 0
+    if p.kind == PLAN_TO_DEVICE:
+        return _cu_capture_check(p.target.device_id, consumer, "a copy to the GPU")
+    return _cu_capture_check(self.desc.dl.device.device_id, consumer,
+                             "a copy on the GPU" if p.kind == PLAN_DEVICE_COPY
+                             else "a read by the host")
 
 
 cdef inline PlanRefusal _move_refusal(const ExportAsk *a) noexcept nogil:

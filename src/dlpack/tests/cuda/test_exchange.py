@@ -12,6 +12,8 @@ from dlpack.tests.fake_cuda import (
     EVENT,
     LEAVE,
     alloc,
+    capture_check,
+    ctx,
     enter,
     free,
     query,
@@ -239,7 +241,7 @@ def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
     info = todict(capsule)
     ptr = info["data"]
-    assert fake.calls == [*enter(1, True), *alloc(8, ptr), *LEAVE,
+    assert fake.calls == [*capture_check(5, ctx(1)), *enter(1, True), *alloc(8, ptr), *LEAVE,
                           *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE,
                           *wait(1, 1, 5, first=False)]     # stream 5 waits for the copy
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied
