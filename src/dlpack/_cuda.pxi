@@ -555,6 +555,18 @@ cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
     return _cu_check(rc, (<bytes>what).decode())
 
 
+cdef int _cu_copy_to_device_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst,
+                               const void *src, size_t nbytes) except -1:
+    """Queue a host-to-device copy on stream (cuMemcpyHtoDAsync): from pageable memory the
+    driver stages the bytes before it returns, waiting for no stream (spec §10)."""
+    cdef CUresult rc
+    _cu_enter(device_id)
+    with nogil:
+        rc = _cu_async.cuMemcpyHtoDAsync(dst, src, nbytes, <CUstream>stream)
+        _cu_leave()
+    return _cu_check(rc, "cuMemcpyHtoDAsync")
+
+
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
                        const int64_t *extent, const int64_t *pitch) except -1:
     """Copy device memory to the host as rows of width bytes, one after another in dst: the
@@ -655,6 +667,20 @@ cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdev
     return _cu_check(rc, (<bytes>what).decode())
 
 
+# Stream-ordered allocation (CUDA 11.2): resolved on first use, as the IPC entry points are; a
+# driver without them gets the synchronous path (cuMemAlloc, cuMemcpyHtoD, cuMemFree).
+ctypedef struct CuAsyncDriver:
+    CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) noexcept nogil
+    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream) noexcept nogil
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) noexcept nogil
+
+cdef tuple _CU_ASYNC_SYMBOLS = ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemcpyHtoDAsync_v2")
+assert sizeof(CuAsyncDriver) == len(_CU_ASYNC_SYMBOLS) * sizeof(void *)
+cdef CuAsyncDriver _cu_async
+cdef unsigned int _cu_async_generation = 0  # the driver _cu_async was resolved from, plus one
+cdef bint _cu_async_ok = False              # it has them all
+
+
 @cython.final
 @cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
 cdef class _DeviceMemory:
@@ -665,6 +691,7 @@ cdef class _DeviceMemory:
     cdef unsigned int generation        # the driver that allocated it (tests swap drivers)
     cdef unsigned int epoch             # the primary context it lives in (see _cu_primary)
     cdef unsigned long long buffer_id   # CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation
+    cdef uintptr_t stream               # stream-ordered (cuMemAllocAsync): freed on it; else 0
 
     def __dealloc__(self):
         cdef CUcontext ctx
@@ -686,11 +713,27 @@ cdef class _DeviceMemory:
                 # allocation this object made.
                 if (_cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr) == 0
                         and now == self.buffer_id):
-                    _cu.cuMemFree(ptr)
+                    if self.stream:     # after the work queued on it so far; the host goes on
+                        _cu_async.cuMemFreeAsync(ptr, <CUstream>self.stream)
+                    else:
+                        _cu.cuMemFree(ptr)
                 _cu_leave()
 
 
-cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
+cdef bint _cu_ordered_on(int32_t device_id, uintptr_t stream) except -1:
+    """Whether a copy for a consumer's stream can be allocated, copied and freed in stream order
+    on it: the driver has stream-ordered allocation and the stream is of device_id's primary
+    context, where pydlpack's copies live (spec §10)."""
+    if stream == 0 or not _cu_async_load():
+        return False
+    return (stream == CU_STREAM_LEGACY or stream == CU_STREAM_PER_THREAD
+            or _cu_stream_context(device_id, stream) == _cu_primary(device_id))
+
+
+cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes, uintptr_t stream=0):
+    """Device memory for a copy in device_id's primary context: with stream (where
+    _cu_ordered_on says so) from the device's pool, ordered on it (cuMemAllocAsync), freed on it
+    by the deleter (cuMemFreeAsync); else cuMemAlloc, freed by cuMemFree."""
     cdef _DeviceMemory mem = _DeviceMemory.__new__(_DeviceMemory)
     cdef CUdeviceptr ptr = 0
     cdef unsigned long long buffer_id = 0
@@ -699,16 +742,25 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     cdef bint made = False
     _cu_enter(device_id)
     with nogil:
-        rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
+        if stream:
+            rc = _cu_async.cuMemAllocAsync(&ptr, nbytes if nbytes else 1, <CUstream>stream)
+        else:
+            rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
         if rc == 0:
             made = True
             rc = _cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr)
             if rc != 0:
-                _cu.cuMemFree(ptr)
+                if stream:
+                    _cu_async.cuMemFreeAsync(ptr, <CUstream>stream)
+                else:
+                    _cu.cuMemFree(ptr)
         _cu_leave()
     if rc != 0:
         _cu_fail(rc, "cuPointerGetAttributes(CU_POINTER_ATTRIBUTE_BUFFER_ID)" if made
-                 else f"cuMemAlloc({nbytes})")
+                 else f"cuMemAllocAsync({nbytes})" if stream else f"cuMemAlloc({nbytes})")
+    # the per-thread default stream is the deleter's thread's own: the legacy stream, which
+    # waits for every thread's, frees it instead
+    mem.stream = CU_STREAM_LEGACY if stream == CU_STREAM_PER_THREAD else stream
     mem.device_id = device_id
     mem.ptr = ptr
     mem.buffer_id = buffer_id
@@ -1248,3 +1300,29 @@ cdef _HostKindMemory _cu_host_kind_alloc(int32_t device_id, size_t nbytes, bint 
     if managed:
         _cu_managed_host_ready(device_id)     # the host writes it next
     return mem
+
+
+cdef bint _cu_async_load() except -1:
+    """Resolve the stream-ordered allocation entry points of the driver in use, once per
+    driver: whether it has them all."""
+    global _cu_async_generation, _cu_async_ok
+    cdef void *lib = NULL
+    cdef void *sym
+    cdef Py_ssize_t i
+    _cu_load()
+    if _cu_async_generation == _cu_generation + 1:
+        return _cu_async_ok
+    if _cu_fake_symbols is None:
+        lib = dlopen(_cu_path, RTLD_NOW | RTLD_LOCAL)       # loaded already: no I/O
+    _cu_async_ok = lib != NULL or _cu_fake_symbols is not None
+    for i, name in enumerate(_CU_ASYNC_SYMBOLS):
+        if _cu_fake_symbols is not None:
+            sym = <void *><uintptr_t>_cu_fake_symbols.get(name, 0)
+        elif lib != NULL:
+            sym = dlsym(lib, (<str>name).encode())
+        else:
+            sym = NULL
+        _cu_async_ok = _cu_async_ok and sym != NULL
+        (<void **>&_cu_async)[i] = sym
+    _cu_async_generation = _cu_generation + 1
+    return _cu_async_ok

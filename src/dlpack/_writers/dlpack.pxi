@@ -524,7 +524,8 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
             queue = CU_STREAM_LEGACY
     if self.desc.layout.count:
         _span(self, &lo, &hi)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
+    cdef _DeviceMemory owner = _cu_alloc(
+        device_id, hi - lo, queue if not settle and _cu_ordered_on(device_id, queue) else 0)
     if hi > lo:
         _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.desc.dl.data + lo,
                     hi - lo, settle)
@@ -538,16 +539,20 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
 cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_id,
                              object stream) except NULL:
     """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
-    the capsule's deleter runs. From pageable memory the copy returns once staged, its DMA on
-    the legacy default stream: a consumer's stream 2 or handle waits for it (an event); with
-    stream None or -1 the consumer's stream is unknown (torch passes dl_device without one),
-    so the host waits for the copy to land."""
+    the capsule's deleter runs. For a consumer's stream (of that context) it is allocated,
+    copied and freed in order on that stream, where the driver can (_cu_ordered_on). Else from
+    pageable memory the copy returns once staged, its DMA on the legacy default stream: a
+    consumer's stream 2 or handle waits for it (an event); with stream None or -1 the
+    consumer's stream is unknown (torch passes dl_device without one), so the host waits for
+    the copy to land."""
     cdef char *staging = NULL
     cdef const char *src = <const char *>self.desc.dl.data
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
+    cdef bint on_stream = ordered and _cu_ordered_on(device_id, consumer)
     _host_wait(self)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, self.desc.layout.nbytes)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, self.desc.layout.nbytes,
+                                         consumer if on_stream else 0)
     try:
         if self.desc.layout.count and not self.desc.layout.c_contig:
             staging = <char *>_alloc_copy(self.desc.layout.nbytes)
@@ -555,10 +560,12 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
                 raise MemoryError(f"__dlpack__: cannot allocate {self.desc.layout.nbytes} bytes")
             _gather(staging, src, self)
             src = staging
-        if self.desc.layout.count:
+        if self.desc.layout.count and on_stream:
+            _cu_copy_to_device_on(device_id, consumer, owner.ptr, src, self.desc.layout.nbytes)
+        elif self.desc.layout.count:
             _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self.desc.layout.nbytes, True,
                      not ordered)
-            if ordered and consumer != CU_STREAM_LEGACY:
+            if ordered and not on_stream and consumer != CU_STREAM_LEGACY:
                 _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)
     finally:
         free(staging)

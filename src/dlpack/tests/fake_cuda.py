@@ -37,6 +37,11 @@ libcuda's, has no effect. The rules:
   a primary-context reset frees its allocations, and ``library_alloc`` is another library's
   cuMemAlloc after it.
 - cuMemcpy2D refuses a pitch above MAX_PITCH even for a single row.
+- Stream-ordered allocation: cuMemAllocAsync gives pool memory (no context) ordered on its
+  stream, cuMemFreeAsync frees it once the work queued on its stream before it has run (work of
+  another stream not ordered before the free finds the memory gone: ordering is the caller's
+  job), cuMemcpyHtoDAsync is ordered on its stream only (from pageable memory the bytes are
+  staged before it returns). ``install(stream_ordered=False)`` is a driver without them.
 - IPC across processes (spec §11). cuIpcGetMemHandle takes the base of device memory only
   (pool, managed, pinned and host-NUMA memory, and memory opened from a handle, are refused with
   CUDA_ERROR_INVALID_VALUE; CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says which): its bytes
@@ -203,6 +208,9 @@ _SIGNATURES = {
     "cuStreamBeginCapture_v2": (c_void_p, c_int),
     "cuStreamEndCapture": (c_void_p, POINTER(c_void_p)),
     "cuStreamIsCapturing": (c_void_p, POINTER(c_int)),
+    "cuMemAllocAsync": (POINTER(c_uint64), c_size_t, c_void_p),
+    "cuMemFreeAsync": (c_uint64, c_void_p),
+    "cuMemcpyHtoDAsync_v2": (c_uint64, c_void_p, c_size_t, c_void_p),
 }
 # Handles go by value: the C shim passes their address on; without it ctypes takes them by value.
 _BY_VALUE = {"cuIpcOpenMemHandle_v2": 1, "cuIpcOpenEventHandle": 1}
@@ -214,7 +222,8 @@ _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
                   "cuIpcOpenEventHandle", "cuMemHostAlloc", "cuMemFreeHost",
                   "cuMemAllocManaged", "cuStreamBeginCapture", "cuStreamEndCapture",
-                  "cuStreamIsCapturing"}
+                  "cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync",
+                  "cuMemcpyHtoDAsync"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
             "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
             "cuCtxSynchronize", "cuMemcpy3D", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
@@ -1008,6 +1017,50 @@ class FakeDriver:
         out[0] = base
         return (nbytes,)
 
+    def _cuMemAllocAsync(self, out, nbytes, stream):
+        """Pool memory (no context), usable by work queued on stream after this call."""
+        s = self._resolve(stream)
+        if nbytes == 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
+        base = _space_alloc(nbytes, reuse=True)
+        if base is None:
+            raise DriverError(CUDA_ERROR_OUT_OF_MEMORY, f"{nbytes} bytes")
+        self.allocations[base] = Allocation(base, nbytes, "pool", s.ctx,
+                                            bytearray([POISON]) * nbytes, allocated=True)
+        self._enqueue(s, None, f"alloc {base:#x}")
+        out[0] = base
+        return (nbytes, stream)
+
+    def _cuMemFreeAsync(self, ptr, stream):
+        """Freed once the work queued on stream before it has run; work of other streams not
+        ordered before it (the caller's job: an event) finds the memory gone."""
+        a = self.allocations.get(ptr)
+        if a is None or not a.allocated or a.kind != "pool":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not cuMemAllocAsync's")
+        s = self._resolve(stream)
+
+        def free():
+            if self.allocations.get(ptr) is a:
+                del self.allocations[ptr]
+                _space_free(ptr, a.size)
+        a.allocated = False                 # a second free is refused
+        self._enqueue(s, free, f"free {ptr:#x}")
+        return (ptr, stream)
+
+    def _cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        """Ordered on stream only; from pageable memory the bytes are staged before it returns,
+        from pinned memory they are read when the copy runs."""
+        self._host(src, nbytes, "source")
+        self._region(dst, nbytes, "destination")
+        s = self._resolve(stream)
+        if self._pinned(src, nbytes):
+            self._enqueue(s, lambda: self._put(dst, ctypes.string_at(src, nbytes)),
+                          f"HtoD {dst:#x}")
+        else:
+            data = ctypes.string_at(src, nbytes)
+            self._enqueue(s, lambda: self._put(dst, data), f"HtoD {dst:#x}")
+        return (dst, nbytes, stream)
+
     def _cuMemFree(self, ptr):
         a = self.allocations.get(ptr)
         if a is None or not a.allocated or a.kind not in ("device", "managed"):
@@ -1432,12 +1485,19 @@ def _unpack(magic, handle):
 _installed = None
 
 
-def install():
-    """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it)."""
+_STREAM_ORDERED = ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemcpyHtoDAsync_v2")
+
+
+def install(stream_ordered=True):
+    """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it).
+    stream_ordered=False: a driver without stream-ordered allocation (before CUDA 11.2)."""
     global _installed
     _forget_reads()
     driver = FakeDriver()
-    _core._cuda_driver(driver.symbols())
+    symbols = driver.symbols()
+    if not stream_ordered:
+        symbols = {k: v for k, v in symbols.items() if k not in _STREAM_ORDERED}
+    _core._cuda_driver(symbols)
     driver.calls.clear()
     _installed = driver
     return driver

@@ -235,7 +235,9 @@ def test_device_to_host_copy_of_strided_data_copies_the_elements(fake):
     assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
 
 
-def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
+def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake_sync):
+    """Without stream-ordered allocation: cuMemAlloc, cuMemcpyHtoD, an event, cuMemFree."""
+    fake = fake_sync
     b = bytes(range(8))
     fake.stream(5, device=1)
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)

@@ -555,3 +555,18 @@ def test_exchanges_inside_a_torch_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert y.tolist() == [2.0] * 16
+
+
+def test_a_copy_to_the_gpu_for_a_side_stream_is_stream_ordered():
+    """dl_device=(kDLCUDA, 0) with a side stream: allocated, copied and freed on that stream
+    (cuMemAllocAsync, cuMemcpyHtoDAsync, cuMemFreeAsync; spec §10), read there by torch."""
+    np = pytest.importorskip("numpy")
+    a = np.arange(1 << 16, dtype=np.float32)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        capsule = asdlpack(a).__dlpack__(dl_device=(CUDA, 0), stream=side.cuda_stream)
+        t = torch.from_dlpack(capsule)
+        total = t.sum()
+        del t, capsule
+    side.synchronize()
+    assert total.item() == float(a.sum())
