@@ -217,6 +217,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         block = _export_device_copy(self, versioned, stream)
     elif plan.kind == PLAN_TO_DEVICE:
         block = _export_to_device(self, versioned, plan.target.device_id, stream)
+    elif plan.kind == PLAN_HOST_COPY and plan.target.device_type != kDLCPU:
+        block = _export_host_kind_copy(self, versioned, plan.target)
     else:
         block = _export(self, versioned,
                         EXPORT_VIEW if plan.reason == REASON_NONE else EXPORT_HOST_COPY)
@@ -322,8 +324,10 @@ cdef void _plan_in_full(const ExportAsk *a, ExportPlan *p) noexcept nogil:
         p.kind = PLAN_REFUSED
         if p.refusal == REFUSE_NONE:
             p.refusal = REFUSE_COPY_IN_PLACE
-    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY
-            or p.kind == PLAN_HOST_COPY_OF_DEVICE):
+    # a copy of pinned or managed data keeps its kind unless dl_device names the host (spec §10)
+    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY_OF_DEVICE
+            or (p.kind == PLAN_HOST_COPY and (p.target.device_type == kDLCPU
+                                              or not _cuda_kind(here)))):
         p.target.device_type = kDLCPU
         p.target.device_id = 0
     if p.order != ORDER_NONE:
@@ -533,6 +537,21 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     t = _block_tensor(block, versioned)
     t.data = <void *><uintptr_t>(owner.ptr - lo)
     memcpy(t.strides, self.desc.dl.strides, self.desc.dl.ndim * sizeof(int64_t))
+    return block
+
+
+cdef void *_export_host_kind_copy(DLPackObject self, bint versioned,
+                                  DLDevice target) except NULL:
+    """A copy of pinned or managed data that stays so (copy=True, or read-only data for a legacy
+    consumer, without dl_device=(kDLCPU, 0); spec §10): in new cuMemHostAlloc or
+    cuMemAllocManaged memory of the same device, in C order, freed with its last capsule."""
+    cdef _HostKindMemory mem = _cu_host_kind_alloc(
+        target.device_id, self.desc.layout.nbytes, target.device_type == kDLCUDAManaged)
+    _gather(<char *>mem.ptr, <const char *>self.desc.dl.data, self)
+    cdef void *block = _export(self, versioned, EXPORT_OWNED_COPY, mem)
+    cdef DLTensor *t = _block_tensor(block, versioned)
+    t.data = <void *>mem.ptr
+    t.device = target
     return block
 
 

@@ -1,10 +1,13 @@
 """Copies pydlpack makes onto a GPU for a consumer that names its stream: allocated, copied
 and freed in order on that stream (cuMemAllocAsync, cuMemcpyHtoDAsync, cuMemFreeAsync), with
-no host wait; the synchronous path where the driver lacks them (docs/spec.md §10)."""
+no host wait; the synchronous path where the driver lacks them; and copies of pinned or
+managed data, which keep their kind (docs/spec.md §10)."""
 
 import ctypes
 
-from dlpack import asdlpack, todict
+import pytest
+
+from dlpack import DLDeviceType, asdlpack, todict
 from dlpack.tests.fake_cuda import LEAVE, capture_check, ctx, enter, primary
 from dlpack.tests.helpers import CAI
 
@@ -79,3 +82,24 @@ def test_without_stream_ordered_allocation_the_synchronous_path_serves(fake_sync
     assert seen.value == b"abcdefgh"
     del capsule
     assert ("cuMemFree", ptr) in fake_sync.calls
+
+
+@pytest.mark.parametrize("kind, device, alloc, free", [
+    ("pinned", DLDeviceType.kDLCUDAHost, "cuMemHostAlloc", "cuMemFreeHost"),
+    ("managed", DLDeviceType.kDLCUDAManaged, "cuMemAllocManaged", "cuMemFree")])
+def test_a_copy_of_pinned_or_managed_data_keeps_its_kind(fake, kind, device, alloc, free):
+    """copy=True without dl_device is a copy on the same device (array API): pinned or managed
+    memory the driver allocates, labelled so, not host memory labelled kDLCPU (spec §10)."""
+    memory = (ctypes.c_float * 6)(*range(6))
+    ptr = getattr(fake, kind)(memory)
+    dl = asdlpack(CAI(ptr, shape=(6,)))
+    capsule = dl.__dlpack__(copy=True, max_version=(1, 0))
+    got = todict(capsule)
+    assert got["device"] == (device, 0) and got["data"] != ptr and got["flags"] & 2
+    assert ctypes.string_at(got["data"], 24) == floats(*range(6))
+    assert [c[0] for c in fake.calls].count(alloc) == 1
+    copy = got["data"]
+    del capsule
+    assert (free, copy) in fake.calls
+    host = todict(dl.__dlpack__(copy=True, dl_device=(1, 0), max_version=(1, 0)))
+    assert host["device"] == (DLDeviceType.kDLCPU, 0)      # the host, where it is asked for
