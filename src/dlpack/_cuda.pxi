@@ -100,6 +100,7 @@ ctypedef struct CuDriver:
     CUresult (*cuEventSynchronize)(CUevent) noexcept nogil                            # blocks
     CUresult (*cuCtxSynchronize)() noexcept nogil                                     # blocks
     CUresult (*cuMemcpy3D)(const CUDA_MEMCPY3D *) noexcept nogil                      # blocks
+    CUresult (*cuStreamIsCapturing)(CUstream, int *) noexcept nogil
 
 cdef tuple _CU_SYMBOLS = (
     "cuInit", "cuGetErrorName", "cuCtxGetCurrent", "cuPointerGetAttributes", "cuDeviceGet",
@@ -108,7 +109,7 @@ cdef tuple _CU_SYMBOLS = (
     "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent", "cuEventDestroy_v2",
     "cuStreamSynchronize", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2",
     "cuMemcpy2D_v2", "cuMemcpyDtoDAsync_v2", "cuEventSynchronize", "cuCtxSynchronize",
-    "cuMemcpy3D_v2")
+    "cuMemcpy3D_v2", "cuStreamIsCapturing")
 assert sizeof(CuDriver) == len(_CU_SYMBOLS) * sizeof(void *)
 
 cdef CuDriver _cu
@@ -403,10 +404,22 @@ cdef int _cu_stream_wait(int32_t device_id, uintptr_t producer, uintptr_t consum
     own context.
     """
     cdef CUevent event = NULL
+    cdef bint capturing
     cdef CUcontext pctx = _cu_stream_context(device_id, producer)
     cdef CUcontext cctx = _cu_stream_context(device_id, consumer)
     _cu_push(pctx)
     try:
+        if consumer == CU_STREAM_LEGACY or cctx == pctx:
+            capturing = _cu_capturing(consumer)
+        else:
+            _cu_push(cctx)
+            try:
+                capturing = _cu_capturing(consumer)
+            finally:
+                _cu_leave()
+        if capturing and (producer == CU_STREAM_LEGACY or not _cu_capturing(producer)):
+            _capture_refusal(consumer, f"the producer's work is on stream {producer:#x}, "
+                             "outside the capture, and a captured stream may not wait for it")
         _cu_check(_cu.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         _cu_check(_cu.cuEventRecord(event, <CUstream>producer), "cuEventRecord")
         if cctx == pctx:
@@ -440,9 +453,46 @@ cdef int _cu_event_wait(int32_t device_id, CUevent event, uintptr_t consumer) ex
     stream's own context (a stream may wait on an event of another context)."""
     cdef CUresult rc
     _cu_push(_cu_stream_context(device_id, consumer))
-    rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
-    _cu_leave()
+    try:
+        if _cu_capturing(consumer):
+            _capture_refusal(consumer, "the producer's work is behind its event (an Arrow "
+                             "sync_event), recorded outside the capture")
+        rc = _cu.cuStreamWaitEvent(<CUstream>consumer, event, 0)
+    finally:
+        _cu_leave()
     return _cu_check(rc, "cuStreamWaitEvent")
+
+
+cdef bint _cu_capturing(uintptr_t stream) except -1:
+    """Whether stream, of the current context, is capturing a CUDA graph (cuStreamIsCapturing;
+    an invalidated capture counts). The legacy stream never is, and is not asked: asking of it
+    while a blocking stream captures would itself invalidate that capture."""
+    cdef int status = 0
+    if stream == CU_STREAM_LEGACY:
+        return False
+    _cu_check(_cu.cuStreamIsCapturing(<CUstream>stream, &status),
+              f"cuStreamIsCapturing({stream:#x})")
+    return status != 0
+
+
+cdef int _capture_refusal(uintptr_t stream, str why) except -1:
+    raise Refusal(f"__dlpack__: the consumer's stream {stream:#x} is capturing a CUDA graph and "
+                  f"{why}, which would invalidate the capture (spec §10); make the exchange "
+                  "before capture begins, or outside the graph")
+
+
+cdef int _cu_capture_check(int32_t device_id, uintptr_t stream, str what) except -1:
+    """Refuse work that needs the host to wait, allocate or copy synchronously (what) for a
+    consumer whose stream is capturing a CUDA graph: such a call invalidates the capture."""
+    if stream == CU_STREAM_LEGACY:
+        return 0
+    _cu_push(_cu_stream_context(device_id, stream))
+    try:
+        if _cu_capturing(stream):
+            _capture_refusal(stream, f"{what} needs calls that synchronise or allocate")
+    finally:
+        _cu_leave()
+    return 0
 
 
 cdef int _cu_event_sync(int32_t device_id, CUevent event) except -1:
@@ -504,6 +554,18 @@ cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
             rc = _cu.cuMemcpyDtoH(dst, <CUdeviceptr><uintptr_t>src, nbytes)
         _cu_leave()
     return _cu_check(rc, (<bytes>what).decode())
+
+
+cdef int _cu_copy_to_device_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst,
+                               const void *src, size_t nbytes) except -1:
+    """Queue a host-to-device copy on stream (cuMemcpyHtoDAsync): from pageable memory the
+    driver stages the bytes before it returns, waiting for no stream (spec §10)."""
+    cdef CUresult rc
+    _cu_enter(device_id)
+    with nogil:
+        rc = _cu_async.cuMemcpyHtoDAsync(dst, src, nbytes, <CUstream>stream)
+        _cu_leave()
+    return _cu_check(rc, "cuMemcpyHtoDAsync")
 
 
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
@@ -606,6 +668,20 @@ cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdev
     return _cu_check(rc, (<bytes>what).decode())
 
 
+# Stream-ordered allocation (CUDA 11.2): resolved on first use, as the IPC entry points are; a
+# driver without them gets the synchronous path (cuMemAlloc, cuMemcpyHtoD, cuMemFree).
+ctypedef struct CuAsyncDriver:
+    CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) noexcept nogil
+    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream) noexcept nogil
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) noexcept nogil
+
+cdef tuple _CU_ASYNC_SYMBOLS = ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemcpyHtoDAsync_v2")
+assert sizeof(CuAsyncDriver) == len(_CU_ASYNC_SYMBOLS) * sizeof(void *)
+cdef CuAsyncDriver _cu_async
+cdef unsigned int _cu_async_generation = 0  # the driver _cu_async was resolved from, plus one
+cdef bint _cu_async_ok = False              # it has them all
+
+
 @cython.final
 @cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
 cdef class _DeviceMemory:
@@ -616,6 +692,7 @@ cdef class _DeviceMemory:
     cdef unsigned int generation        # the driver that allocated it (tests swap drivers)
     cdef unsigned int epoch             # the primary context it lives in (see _cu_primary)
     cdef unsigned long long buffer_id   # CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation
+    cdef uintptr_t stream               # stream-ordered (cuMemAllocAsync): freed on it; else 0
 
     def __dealloc__(self):
         cdef CUcontext ctx
@@ -637,11 +714,27 @@ cdef class _DeviceMemory:
                 # allocation this object made.
                 if (_cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr) == 0
                         and now == self.buffer_id):
-                    _cu.cuMemFree(ptr)
+                    if self.stream:     # after the work queued on it so far; the host goes on
+                        _cu_async.cuMemFreeAsync(ptr, <CUstream>self.stream)
+                    else:
+                        _cu.cuMemFree(ptr)
                 _cu_leave()
 
 
-cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
+cdef bint _cu_ordered_on(int32_t device_id, uintptr_t stream) except -1:
+    """Whether a copy for a consumer's stream can be allocated, copied and freed in stream order
+    on it: the driver has stream-ordered allocation and the stream is of device_id's primary
+    context, where pydlpack's copies live (spec §10)."""
+    if stream == 0 or not _cu_async_load():
+        return False
+    return (stream == CU_STREAM_LEGACY or stream == CU_STREAM_PER_THREAD
+            or _cu_stream_context(device_id, stream) == _cu_primary(device_id))
+
+
+cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes, uintptr_t stream=0):
+    """Device memory for a copy in device_id's primary context: with stream (where
+    _cu_ordered_on says so) from the device's pool, ordered on it (cuMemAllocAsync), freed on it
+    by the deleter (cuMemFreeAsync); else cuMemAlloc, freed by cuMemFree."""
     cdef _DeviceMemory mem = _DeviceMemory.__new__(_DeviceMemory)
     cdef CUdeviceptr ptr = 0
     cdef unsigned long long buffer_id = 0
@@ -650,16 +743,25 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes):
     cdef bint made = False
     _cu_enter(device_id)
     with nogil:
-        rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
+        if stream:
+            rc = _cu_async.cuMemAllocAsync(&ptr, nbytes if nbytes else 1, <CUstream>stream)
+        else:
+            rc = _cu.cuMemAlloc(&ptr, nbytes if nbytes else 1)
         if rc == 0:
             made = True
             rc = _cu.cuPointerGetAttributes(1, &_CU_BUFFER_ID, &value, ptr)
             if rc != 0:
-                _cu.cuMemFree(ptr)
+                if stream:
+                    _cu_async.cuMemFreeAsync(ptr, <CUstream>stream)
+                else:
+                    _cu.cuMemFree(ptr)
         _cu_leave()
     if rc != 0:
         _cu_fail(rc, "cuPointerGetAttributes(CU_POINTER_ATTRIBUTE_BUFFER_ID)" if made
-                 else f"cuMemAlloc({nbytes})")
+                 else f"cuMemAllocAsync({nbytes})" if stream else f"cuMemAlloc({nbytes})")
+    # the per-thread default stream is the deleter's thread's own: the legacy stream, which
+    # waits for every thread's, frees it instead
+    mem.stream = CU_STREAM_LEGACY if stream == CU_STREAM_PER_THREAD else stream
     mem.device_id = device_id
     mem.ptr = ptr
     mem.buffer_id = buffer_id
@@ -883,3 +985,29 @@ cdef int _order_after_producer(DLPackObject self, object stream, bint host_reads
     elif work == WORK_STREAM and producer != consumer:
         _cu_stream_wait(device_id, producer, consumer)
     return 0
+
+
+cdef bint _cu_async_load() except -1:
+    """Resolve the stream-ordered allocation entry points of the driver in use, once per
+    driver: whether it has them all."""
+    global _cu_async_generation, _cu_async_ok
+    cdef void *lib = NULL
+    cdef void *sym
+    cdef Py_ssize_t i
+    _cu_load()
+    if _cu_async_generation == _cu_generation + 1:
+        return _cu_async_ok
+    if _cu_fake_symbols is None:
+        lib = dlopen(_cu_path, RTLD_NOW | RTLD_LOCAL)       # loaded already: no I/O
+    _cu_async_ok = lib != NULL or _cu_fake_symbols is not None
+    for i, name in enumerate(_CU_ASYNC_SYMBOLS):
+        if _cu_fake_symbols is not None:
+            sym = <void *><uintptr_t>_cu_fake_symbols.get(name, 0)
+        elif lib != NULL:
+            sym = dlsym(lib, (<str>name).encode())
+        else:
+            sym = NULL
+        _cu_async_ok = _cu_async_ok and sym != NULL
+        (<void **>&_cu_async)[i] = sym
+    _cu_async_generation = _cu_generation + 1
+    return _cu_async_ok

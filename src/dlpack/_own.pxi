@@ -250,6 +250,7 @@ cdef enum Export:
     # the caller, _fill_from_device).
     EXPORT_HOST_COPY
     EXPORT_DEVICE_COPY      # the data is owner's device memory (a _DeviceMemory it holds)
+    EXPORT_OWNED_COPY       # a C-order copy in memory owner holds; the caller sets data, device
 
 
 cdef DLTensor *_block_tensor(void *block, bint versioned) noexcept nogil:

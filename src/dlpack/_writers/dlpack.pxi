@@ -207,6 +207,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         _refuse(self, plan.refusal, dl_device, stream)
     if plan.torch_device:
         _torch_current_device(self)
+    if stream is not None and _needs_host_or_copy(&plan, ask.here.device_type):
+        _capture_guard(self, &plan, stream)
     if plan.order == ORDER_STREAM or plan.order == ORDER_HOST:
         _sync_for(self, stream, plan.order == ORDER_HOST)
     elif plan.order == ORDER_ROCM:
@@ -215,6 +217,8 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         block = _export_device_copy(self, versioned, stream)
     elif plan.kind == PLAN_TO_DEVICE:
         block = _export_to_device(self, versioned, plan.target.device_id, stream)
+    elif plan.kind == PLAN_HOST_COPY and plan.target.device_type != kDLCPU:
+        block = _export_host_kind_copy(self, versioned, plan.target)
     else:
         block = _export(self, versioned,
                         EXPORT_VIEW if plan.reason == REASON_NONE else EXPORT_HOST_COPY)
@@ -223,6 +227,26 @@ cdef void *_export_block(DLPackObject self, object stream, bint versioned, objec
         elif plan.kind == PLAN_HOST_COPY_OF_DEVICE:
             _fill_from_device(self, block, versioned)
     return block
+
+
+cdef inline bint _needs_host_or_copy(const ExportPlan *p, int32_t here) noexcept nogil:
+    """Whether carrying the plan out makes CUDA calls that synchronise or allocate: a copy to,
+    from or on a GPU, or a host wait for a CUDA producer (spec §10, stream capture)."""
+    return (p.kind == PLAN_DEVICE_COPY or p.kind == PLAN_TO_DEVICE
+            or p.kind == PLAN_HOST_COPY_OF_DEVICE
+            or (p.order == ORDER_HOST and _cuda_kind(here)))
+
+
+cdef int _capture_guard(DLPackObject self, const ExportPlan *p, object stream) except -1:
+    """Refuse such a plan for a consumer whose stream is capturing a CUDA graph (spec §10)."""
+    cdef uintptr_t consumer
+    if not _consumer_stream(stream, &consumer):
+        return 0
+    if p.kind == PLAN_TO_DEVICE:
+        return _cu_capture_check(p.target.device_id, consumer, "a copy to the GPU")
+    return _cu_capture_check(self.desc.dl.device.device_id, consumer,
+                             "a copy on the GPU" if p.kind == PLAN_DEVICE_COPY
+                             else "a read by the host")
 
 
 cdef inline PlanRefusal _move_refusal(const ExportAsk *a) noexcept nogil:
@@ -300,8 +324,10 @@ cdef void _plan_in_full(const ExportAsk *a, ExportPlan *p) noexcept nogil:
         p.kind = PLAN_REFUSED
         if p.refusal == REFUSE_NONE:
             p.refusal = REFUSE_COPY_IN_PLACE
-    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY
-            or p.kind == PLAN_HOST_COPY_OF_DEVICE):
+    # a copy of pinned or managed data keeps its kind unless dl_device names the host (spec §10)
+    if (p.kind == PLAN_HOST_VIEW or p.kind == PLAN_HOST_COPY_OF_DEVICE
+            or (p.kind == PLAN_HOST_COPY and (p.target.device_type == kDLCPU
+                                              or not _cuda_kind(here)))):
         p.target.device_type = kDLCPU
         p.target.device_id = 0
     if p.order != ORDER_NONE:
@@ -502,7 +528,8 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
             queue = CU_STREAM_LEGACY
     if self.desc.layout.count:
         _span(self, &lo, &hi)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, hi - lo)
+    cdef _DeviceMemory owner = _cu_alloc(
+        device_id, hi - lo, queue if not settle and _cu_ordered_on(device_id, queue) else 0)
     if hi > lo:
         _cu_copy_on(device_id, queue, owner.ptr, <CUdeviceptr><uintptr_t>self.desc.dl.data + lo,
                     hi - lo, settle)
@@ -513,19 +540,38 @@ cdef void *_export_device_copy(DLPackObject self, bint versioned, object stream)
     return block
 
 
+cdef void *_export_host_kind_copy(DLPackObject self, bint versioned,
+                                  DLDevice target) except NULL:
+    """A copy of pinned or managed data that stays so (copy=True, or read-only data for a legacy
+    consumer, without dl_device=(kDLCPU, 0); spec §10): in new cuMemHostAlloc or
+    cuMemAllocManaged memory of the same device, in C order, freed with its last capsule."""
+    cdef _HostKindMemory mem = _cu_host_kind_alloc(
+        target.device_id, self.desc.layout.nbytes, target.device_type == kDLCUDAManaged)
+    _gather(<char *>mem.ptr, <const char *>self.desc.dl.data, self)
+    cdef void *block = _export(self, versioned, EXPORT_OWNED_COPY, mem)
+    cdef DLTensor *t = _block_tensor(block, versioned)
+    t.data = <void *>mem.ptr
+    t.device = target
+    return block
+
+
 cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_id,
                              object stream) except NULL:
     """A copy of host data on CUDA GPU device_id, in its primary context, freed there when
-    the capsule's deleter runs. From pageable memory the copy returns once staged, its DMA on
-    the legacy default stream: a consumer's stream 2 or handle waits for it (an event); with
-    stream None or -1 the consumer's stream is unknown (torch passes dl_device without one),
-    so the host waits for the copy to land."""
+    the capsule's deleter runs. For a consumer's stream (of that context) it is allocated,
+    copied and freed in order on that stream, where the driver can (_cu_ordered_on). Else from
+    pageable memory the copy returns once staged, its DMA on the legacy default stream: a
+    consumer's stream 2 or handle waits for it (an event); with stream None or -1 the
+    consumer's stream is unknown (torch passes dl_device without one), so the host waits for
+    the copy to land."""
     cdef char *staging = NULL
     cdef const char *src = <const char *>self.desc.dl.data
     cdef uintptr_t consumer
     cdef bint ordered = stream is not None and _consumer_stream(stream, &consumer)
+    cdef bint on_stream = ordered and _cu_ordered_on(device_id, consumer)
     _host_wait(self)
-    cdef _DeviceMemory owner = _cu_alloc(device_id, self.desc.layout.nbytes)
+    cdef _DeviceMemory owner = _cu_alloc(device_id, self.desc.layout.nbytes,
+                                         consumer if on_stream else 0)
     try:
         if self.desc.layout.count and not self.desc.layout.c_contig:
             staging = <char *>_alloc_copy(self.desc.layout.nbytes)
@@ -533,10 +579,12 @@ cdef void *_export_to_device(DLPackObject self, bint versioned, int32_t device_i
                 raise MemoryError(f"__dlpack__: cannot allocate {self.desc.layout.nbytes} bytes")
             _gather(staging, src, self)
             src = staging
-        if self.desc.layout.count:
+        if self.desc.layout.count and on_stream:
+            _cu_copy_to_device_on(device_id, consumer, owner.ptr, src, self.desc.layout.nbytes)
+        elif self.desc.layout.count:
             _cu_copy(device_id, <void *><uintptr_t>owner.ptr, src, self.desc.layout.nbytes, True,
                      not ordered)
-            if ordered and consumer != CU_STREAM_LEGACY:
+            if ordered and not on_stream and consumer != CU_STREAM_LEGACY:
                 _cu_stream_wait(device_id, CU_STREAM_LEGACY, consumer)
     finally:
         free(staging)

@@ -18,17 +18,27 @@ def no_leak():
     assert grown < 20 * 1024, f"resident memory grew by {grown} KiB"
 
 
-@pytest.fixture
-def fake():
-    """The fake CUDA driver, installed in the core for one test; afterwards no host read has
-    touched device memory and no blocking driver call was made with the GIL held."""
+def _fake_driver(stream_ordered):
     from dlpack.tests import fake_cuda
 
-    driver = fake_cuda.install()
+    driver = fake_cuda.install(stream_ordered)
     yield driver
     fake_cuda.uninstall()
     assert driver.touched() == [], "a host read path read device memory"
     assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
+
+
+@pytest.fixture
+def fake():
+    """The fake CUDA driver, installed in the core for one test; afterwards no host read has
+    touched device memory and no blocking driver call was made with the GIL held."""
+    yield from _fake_driver(True)
+
+
+@pytest.fixture
+def fake_sync():
+    """The fake driver without stream-ordered allocation (a driver before CUDA 11.2)."""
+    yield from _fake_driver(False)
 
 
 @pytest.hookimpl(trylast=True)        # after the terminal reporter exists

@@ -37,6 +37,11 @@ libcuda's, has no effect. The rules:
   a primary-context reset frees its allocations, and ``library_alloc`` is another library's
   cuMemAlloc after it.
 - cuMemcpy2D refuses a pitch above MAX_PITCH even for a single row.
+- Stream-ordered allocation: cuMemAllocAsync gives pool memory (no context) ordered on its
+  stream, cuMemFreeAsync frees it once the work queued on its stream before it has run (work of
+  another stream not ordered before the free finds the memory gone: ordering is the caller's
+  job), cuMemcpyHtoDAsync is ordered on its stream only (from pageable memory the bytes are
+  staged before it returns). ``install(stream_ordered=False)`` is a driver without them.
 - IPC across processes (spec §11). cuIpcGetMemHandle takes the base of device memory only
   (pool, managed, pinned and host-NUMA memory, and memory opened from a handle, are refused with
   CUDA_ERROR_INVALID_VALUE; CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says which): its bytes
@@ -58,8 +63,21 @@ Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknow
 clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
 unknown handle); the host may read managed memory at any time (without
 CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS a real GPU faults while any kernel runs); stream
-capture (``torch.cuda.graph``), which a synchronising or legacy-stream call invalidates, is not
-modelled.
+capture is modelled only as far as pydlpack meets it (below).
+
+Stream capture (``torch.cuda.graph``; ``begin_capture``/``end_capture`` as the capturing library,
+or cuStreamBeginCapture/cuStreamEndCapture): work queued on a capturing stream joins the graph
+and never runs here. During a global capture (from any thread) or a thread-local one (from the
+capturing thread), a call that may synchronise (cuStreamSynchronize, cuCtxSynchronize,
+cuEventSynchronize, cuMemAlloc, cuMemFree, the synchronous cuMemcpy*, cuMemHostAlloc,
+cuMemFreeHost, cuMemAllocManaged) fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+invalidates the capture; so does cuStreamSynchronize of the capturing stream in any mode. Any
+use of the legacy stream (work queued, cuStreamIsCapturing) while a blocking stream of its
+context captures fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates it. A capturing
+stream may wait on an event recorded in a capture (a join) but not on one recorded outside it
+(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, invalidated); a captured event is refused outside capture
+(CUDA_ERROR_CAPTURED_EVENT). An invalidated capture's cuStreamEndCapture fails with
+CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
 """
 
 from __future__ import annotations
@@ -100,6 +118,16 @@ CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_TIMEOUT = 702
 CUDA_ERROR_CONTEXT_IS_DESTROYED = 709
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_ILLEGAL_STATE = 401
+CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
+CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901
+CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905
+CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906
+CUDA_ERROR_CAPTURED_EVENT = 907
+CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 0, 1
+CU_STREAM_CAPTURE_MODE_RELAXED = 2
+CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_STATUS_ACTIVE = 0, 1
+CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 CU_EVENT_DISABLE_TIMING, CU_EVENT_INTERPROCESS = 2, 4
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11
@@ -177,6 +205,12 @@ _SIGNATURES = {
     "cuMemHostAlloc": (POINTER(c_void_p), c_size_t, c_uint),
     "cuMemFreeHost": (c_void_p,),
     "cuMemAllocManaged": (POINTER(c_uint64), c_size_t, c_uint),
+    "cuStreamBeginCapture_v2": (c_void_p, c_int),
+    "cuStreamEndCapture": (c_void_p, POINTER(c_void_p)),
+    "cuStreamIsCapturing": (c_void_p, POINTER(c_int)),
+    "cuMemAllocAsync": (POINTER(c_uint64), c_size_t, c_void_p),
+    "cuMemFreeAsync": (c_uint64, c_void_p),
+    "cuMemcpyHtoDAsync_v2": (c_uint64, c_void_p, c_size_t, c_void_p),
 }
 # Handles go by value: the C shim passes their address on; without it ctypes takes them by value.
 _BY_VALUE = {"cuIpcOpenMemHandle_v2": 1, "cuIpcOpenEventHandle": 1}
@@ -187,7 +221,9 @@ _NEEDS_CONTEXT = {"cuPointerGetAttributes", "cuEventCreate", "cuEventRecord",
                   "cuMemcpy3D", "cuMemGetAddressRange", "cuIpcGetMemHandle",
                   "cuIpcOpenMemHandle", "cuIpcCloseMemHandle", "cuIpcGetEventHandle",
                   "cuIpcOpenEventHandle", "cuMemHostAlloc", "cuMemFreeHost",
-                  "cuMemAllocManaged"}
+                  "cuMemAllocManaged", "cuStreamBeginCapture", "cuStreamEndCapture",
+                  "cuStreamIsCapturing", "cuMemAllocAsync", "cuMemFreeAsync",
+                  "cuMemcpyHtoDAsync"}
 BLOCKING = {"cuInit", "cuDevicePrimaryCtxRetain", "cuStreamSynchronize", "cuMemAlloc",
             "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuEventSynchronize",
             "cuCtxSynchronize", "cuMemcpy3D", "cuIpcOpenMemHandle", "cuIpcCloseMemHandle",
@@ -200,7 +236,18 @@ _ERROR_NAMES = {CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
                 CUDA_ERROR_ILLEGAL_ADDRESS: b"CUDA_ERROR_ILLEGAL_ADDRESS",
                 CUDA_ERROR_LAUNCH_TIMEOUT: b"CUDA_ERROR_LAUNCH_TIMEOUT",
                 CUDA_ERROR_CONTEXT_IS_DESTROYED: b"CUDA_ERROR_CONTEXT_IS_DESTROYED",
-                CUDA_ERROR_NOT_FOUND: b"CUDA_ERROR_NOT_FOUND"}
+                CUDA_ERROR_NOT_FOUND: b"CUDA_ERROR_NOT_FOUND",
+                CUDA_ERROR_ILLEGAL_STATE: b"CUDA_ERROR_ILLEGAL_STATE",
+                CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+                CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: b"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                CUDA_ERROR_STREAM_CAPTURE_ISOLATION: b"CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+                CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: b"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+                CUDA_ERROR_CAPTURED_EVENT: b"CUDA_ERROR_CAPTURED_EVENT"}
+# Calls that may synchronise: refused (and the capture invalidated) during a global capture from
+# any thread, or a thread-local one from the capturing thread.
+_UNSAFE_IN_CAPTURE = {"cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+                      "cuMemAlloc", "cuMemFree", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D",
+                      "cuMemcpy3D", "cuMemHostAlloc", "cuMemFreeHost", "cuMemAllocManaged"}
 
 
 # -- the C shim and the device address space (one per process) --------------------------------
@@ -308,14 +355,26 @@ class Stream:
         self.handle, self.ctx, self.kind, self.nonblocking = handle, context, kind, nonblocking
         self.held = False
         self.ops = []                      # queued, not yet run, in order
+        self.capture = None                # the Capture under way on this stream
+
+
+class Capture:
+    """A stream capture (cuStreamBeginCapture): work queued on the stream joins the graph
+    instead of running; a prohibited call invalidates it, and cuStreamEndCapture then fails."""
+
+    def __init__(self, stream, mode, thread):
+        self.stream, self.mode, self.thread = stream, mode, thread
+        self.ops = []                      # the graph's nodes, never run by the fake
+        self.invalidated = None            # why, once a prohibited call was made
 
 
 class Op:
-    __slots__ = ("deps", "done", "ext", "fn", "label", "stream")
+    __slots__ = ("capture", "deps", "done", "ext", "fn", "label", "stream")
 
     def __init__(self, stream, deps, fn, label, ext=None):
         self.stream, self.deps, self.fn, self.label, self.done = stream, deps, fn, label, False
         self.ext = ext                     # a RemoteWait: runs once another process's GPU did
+        self.capture = None                # the Capture whose graph holds it (never run here)
 
 
 class Shared:
@@ -425,6 +484,7 @@ class FakeDriver:
         self.uuid_order = list(range(DEVICE_COUNT))    # ordinal -> the physical GPU
         self._ipc_open = {}                # exporter's (pid, fd, inode) -> base opened here
         self._external = None              # the RemoteWait that stopped _advance last
+        self.graphs = []                   # every capture ended, in order
         shim = _load_shim()
         self._callbacks = {}
         for name, args in _SIGNATURES.items():
@@ -488,6 +548,8 @@ class FakeDriver:
                 try:
                     if short in _NEEDS_CONTEXT:
                         self._context()
+                    if short in _UNSAFE_IN_CAPTURE:
+                        self._capture_safe(short)
                     logged = impl(*args)
                 except DriverError as e:
                     self.calls.append((short, "error", e.rc, str(e)))
@@ -563,7 +625,49 @@ class FakeDriver:
         found = [s for s in self.streams.values() if s.ctx is context and not s.nonblocking]
         return found + list(context.per_thread.values())
 
+    def _captures(self, context=None):
+        """The captures under way (of context's streams only, where given)."""
+        for c in self.contexts.values():
+            if context is None or c is context:
+                for s in [*c.per_thread.values(), *[s for s in self.streams.values()
+                                                    if s.ctx is c]]:
+                    if s.capture is not None:
+                        yield s.capture
+
+    def _capture_safe(self, name):
+        """A call that may synchronise, during a global capture (any thread's) or this thread's
+        thread-local one: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and those captures invalid."""
+        me = threading.get_ident()
+        bad = [c for c in self._captures() if c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL
+               or (c.mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL and c.thread == me)]
+        if bad:
+            self._invalidate(bad, f"{name} during capture")
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"{name} may synchronise: "
+                              "not permitted while a stream is capturing")
+
+    def _invalidate(self, captures, why):
+        for c in captures:
+            if c.invalidated is None:
+                c.invalidated = why
+
+    def _legacy_use(self, stream, name):
+        """The legacy stream synchronises with the blocking streams of its context: using it
+        while one of them captures is CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and invalidates it."""
+        if stream.kind != "legacy":
+            return
+        bad = [c for c in self._captures(stream.ctx) if not c.stream.nonblocking]
+        if bad:
+            self._invalidate(bad, f"{name} on the legacy stream during capture")
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, f"{name}: the legacy stream "
+                              "while a blocking stream of its context is capturing")
+
     def _enqueue(self, stream, fn, label, deps=(), ext=None):
+        self._legacy_use(stream, label)
+        if stream.capture is not None:      # a node of the graph: never run by the fake
+            op = Op(stream, [], fn, label, ext)
+            op.capture = stream.capture
+            stream.capture.ops.append(op)
+            return op
         d = [o for o in deps if o is not None and not o.done]
         if stream.ops:
             d.append(stream.ops[-1])
@@ -822,7 +926,17 @@ class FakeDriver:
 
     def _cuStreamWaitEvent(self, stream, event, flags):
         e, s = self._event(event), self._resolve(stream)
-        if e.remote is not None:
+        captured = e.op is not None and e.op.capture is not None
+        if s.capture is not None and not captured:
+            self._invalidate([s.capture], "a wait for an event recorded outside the capture")
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, f"event {event:#x} was not "
+                              f"recorded in the capture of stream {stream:#x}")
+        if s.capture is None and captured:
+            raise DriverError(CUDA_ERROR_CAPTURED_EVENT, f"event {event:#x} was recorded in a "
+                              "capture")
+        if s.capture is not None:
+            self._enqueue(s, None, f"wait {event:#x}")
+        elif e.remote is not None:
             self._enqueue(s, None, f"wait {event:#x}", ext=RemoteWait(e.remote))
         else:
             self._enqueue(s, None, f"wait {event:#x}", deps=[e.op])
@@ -836,12 +950,54 @@ class FakeDriver:
         return (event,)
 
     def _cuStreamSynchronize(self, stream):
-        self._sync(self._resolve(stream), "cuStreamSynchronize")
+        s = self._resolve(stream)
+        if s.capture is not None:
+            self._invalidate([s.capture], "cuStreamSynchronize of the capturing stream")
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, f"stream {stream:#x} is "
+                              "capturing")
+        self._sync(s, "cuStreamSynchronize")
+        return (stream,)
+
+    def _cuStreamBeginCapture(self, stream, mode):
+        s = self._resolve(stream)
+        if s.kind == "legacy":
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "the legacy stream cannot "
+                              "be captured")
+        if s.capture is not None:
+            raise DriverError(CUDA_ERROR_ILLEGAL_STATE, f"stream {stream:#x} is capturing")
+        if mode not in (CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                        CU_STREAM_CAPTURE_MODE_RELAXED):
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"mode {mode}")
+        s.capture = Capture(s, mode, threading.get_ident())
+        return (stream, mode)
+
+    def _cuStreamEndCapture(self, stream, graph):
+        s = self._resolve(stream)
+        c = s.capture
+        if c is None:
+            raise DriverError(CUDA_ERROR_ILLEGAL_STATE, f"stream {stream:#x} is not capturing")
+        s.capture = None
+        self.graphs.append(c)
+        graph[0] = None if c.invalidated else 0x6000 + len(self.graphs)
+        if c.invalidated:
+            raise DriverError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, c.invalidated)
+        return (stream,)
+
+    def _cuStreamIsCapturing(self, stream, status):
+        s = self._resolve(stream)
+        self._legacy_use(s, "cuStreamIsCapturing")
+        c = s.capture
+        status[0] = (CU_STREAM_CAPTURE_STATUS_NONE if c is None else
+                     CU_STREAM_CAPTURE_STATUS_INVALIDATED if c.invalidated else
+                     CU_STREAM_CAPTURE_STATUS_ACTIVE)
         return (stream,)
 
     def _cuEventSynchronize(self, event):
         """The host waits for the work before the event's record (none if never recorded)."""
         e = self._event(event)
+        if e.op is not None and e.op.capture is not None:
+            raise DriverError(CUDA_ERROR_CAPTURED_EVENT, f"event {event:#x} was recorded in a "
+                              "capture")
         if e.remote is not None:
             remote, deadline = RemoteWait(e.remote), time.monotonic() + self.hang_timeout
             while not remote.ready():
@@ -860,6 +1016,50 @@ class FakeDriver:
                                             bytearray([POISON]) * nbytes, allocated=True)
         out[0] = base
         return (nbytes,)
+
+    def _cuMemAllocAsync(self, out, nbytes, stream):
+        """Pool memory (no context), usable by work queued on stream after this call."""
+        s = self._resolve(stream)
+        if nbytes == 0:
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, "zero bytes")
+        base = _space_alloc(nbytes, reuse=True)
+        if base is None:
+            raise DriverError(CUDA_ERROR_OUT_OF_MEMORY, f"{nbytes} bytes")
+        self.allocations[base] = Allocation(base, nbytes, "pool", s.ctx,
+                                            bytearray([POISON]) * nbytes, allocated=True)
+        self._enqueue(s, None, f"alloc {base:#x}")
+        out[0] = base
+        return (nbytes, stream)
+
+    def _cuMemFreeAsync(self, ptr, stream):
+        """Freed once the work queued on stream before it has run; work of other streams not
+        ordered before it (the caller's job: an event) finds the memory gone."""
+        a = self.allocations.get(ptr)
+        if a is None or not a.allocated or a.kind != "pool":
+            raise DriverError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} was not cuMemAllocAsync's")
+        s = self._resolve(stream)
+
+        def free():
+            if self.allocations.get(ptr) is a:
+                del self.allocations[ptr]
+                _space_free(ptr, a.size)
+        a.allocated = False                 # a second free is refused
+        self._enqueue(s, free, f"free {ptr:#x}")
+        return (ptr, stream)
+
+    def _cuMemcpyHtoDAsync(self, dst, src, nbytes, stream):
+        """Ordered on stream only; from pageable memory the bytes are staged before it returns,
+        from pinned memory they are read when the copy runs."""
+        self._host(src, nbytes, "source")
+        self._region(dst, nbytes, "destination")
+        s = self._resolve(stream)
+        if self._pinned(src, nbytes):
+            self._enqueue(s, lambda: self._put(dst, ctypes.string_at(src, nbytes)),
+                          f"HtoD {dst:#x}")
+        else:
+            data = ctypes.string_at(src, nbytes)
+            self._enqueue(s, lambda: self._put(dst, data), f"HtoD {dst:#x}")
+        return (dst, nbytes, stream)
 
     def _cuMemFree(self, ptr):
         a = self.allocations.get(ptr)
@@ -1090,6 +1290,21 @@ class FakeDriver:
             return c.per_thread.setdefault(threading.get_ident(), Stream(2, c, "per_thread"))
         return self.streams[handle]
 
+    def begin_capture(self, stream, mode=CU_STREAM_CAPTURE_MODE_GLOBAL, device=0):
+        """cuStreamBeginCapture on a stream (torch.cuda.graph's is global) by this thread."""
+        with self._cond:
+            s = self._stream(stream, device)
+            assert s.kind != "legacy" and s.capture is None
+            s.capture = Capture(s, mode, threading.get_ident())
+
+    def end_capture(self, stream, device=0):
+        """cuStreamEndCapture: the Capture, whose ``invalidated`` says why it would fail."""
+        with self._cond:
+            s = self._stream(stream, device)
+            c, s.capture = s.capture, None
+            self.graphs.append(c)
+            return c
+
     def hold(self, stream, device=0):
         """Hold a stream shut (as cuStreamWaitValue32 on a host flag) until ``release``."""
         with self._cond:
@@ -1270,12 +1485,19 @@ def _unpack(magic, handle):
 _installed = None
 
 
-def install():
-    """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it)."""
+_STREAM_ORDERED = ("cuMemAllocAsync", "cuMemFreeAsync", "cuMemcpyHtoDAsync_v2")
+
+
+def install(stream_ordered=True):
+    """Install a fresh fake driver in the core; returns it (``uninstall`` undoes it).
+    stream_ordered=False: a driver without stream-ordered allocation (before CUDA 11.2)."""
     global _installed
     _forget_reads()
     driver = FakeDriver()
-    _core._cuda_driver(driver.symbols())
+    symbols = driver.symbols()
+    if not stream_ordered:
+        symbols = {k: v for k, v in symbols.items() if k not in _STREAM_ORDERED}
+    _core._cuda_driver(symbols)
     driver.calls.clear()
     _installed = driver
     return driver
@@ -1370,15 +1592,24 @@ def _lookup(device_id, stream, first):
 
 
 def wait(device_id, producer, consumer, first=True, context=None):
-    """One event in the producer's stream's context: the consumer waits for its queued work.
+    """One event in the producer's stream's context: the consumer waits for its queued work,
+    once its stream was asked whether it is capturing a graph (not the legacy stream's).
     ``first``: device_id's primary context is not retained yet; ``context``: the one both
     streams belong to (device_id's primary one by default)."""
     p, first = _lookup(device_id, producer, first)
     c, _ = _lookup(device_id, consumer, first)
     here = ctx(device_id) if context is None else context
-    return [*p, *c, ("cuCtxPushCurrent", here), ("cuEventCreate", 2),
+    asked = [] if consumer == 1 else [("cuStreamIsCapturing", consumer)]
+    return [*p, *c, ("cuCtxPushCurrent", here), *asked, ("cuEventCreate", 2),
             ("cuEventRecord", EVENT, producer), ("cuStreamWaitEvent", consumer, EVENT, 0),
             ("cuEventDestroy", EVENT), *LEAVE]
+
+
+def capture_check(stream, context):
+    """Asking whether a consumer's stream handle (of context) is capturing a CUDA graph, before
+    work that would invalidate a capture (spec §10)."""
+    return [("cuStreamGetCtx", stream), ("cuCtxPushCurrent", context),
+            ("cuStreamIsCapturing", stream), *LEAVE]
 
 
 def synchronize(device_id, stream, first=True, context=None):

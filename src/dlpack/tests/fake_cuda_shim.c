@@ -67,6 +67,12 @@ ENTRY(cuDeviceGetUuid_v2, (unsigned char *a, int b), (a, b))
 ENTRY(cuMemHostAlloc, (void **a, size_t b, unsigned c), (a, b, c))
 ENTRY(cuMemFreeHost, (void *a), (a))
 ENTRY(cuMemAllocManaged, (CUdeviceptr *a, size_t b, unsigned c), (a, b, c))
+ENTRY(cuStreamBeginCapture_v2, (void *a, int b), (a, b))
+ENTRY(cuStreamEndCapture, (void *a, void **b), (a, b))
+ENTRY(cuStreamIsCapturing, (void *a, int *b), (a, b))
+ENTRY(cuMemAllocAsync, (CUdeviceptr *a, size_t b, void *c), (a, b, c))
+ENTRY(cuMemFreeAsync, (CUdeviceptr a, void *b), (a, b))
+ENTRY(cuMemcpyHtoDAsync_v2, (CUdeviceptr a, const void *b, size_t c, void *d), (a, b, c, d))
 
 /* The handles libcuda takes by value reach Python by address (a ctypes callback's by-value
  * structure arguments are not portable). */
@@ -95,5 +101,7 @@ void *shim_route(const char *entry, void *fn) {
     SLOT(cuMemGetAddressRange_v2) SLOT(cuIpcGetMemHandle) SLOT(cuIpcCloseMemHandle)
     SLOT(cuIpcGetEventHandle) SLOT(cuDeviceGetUuid_v2) SLOT(cuIpcOpenMemHandle_v2)
     SLOT(cuIpcOpenEventHandle) SLOT(cuMemHostAlloc) SLOT(cuMemFreeHost) SLOT(cuMemAllocManaged)
+    SLOT(cuStreamBeginCapture_v2) SLOT(cuStreamEndCapture) SLOT(cuStreamIsCapturing)
+    SLOT(cuMemAllocAsync) SLOT(cuMemFreeAsync) SLOT(cuMemcpyHtoDAsync_v2)
     return NULL;
 }

@@ -90,6 +90,8 @@ int cuStreamWaitEvent(void *stream, void *event, unsigned flags) {
 
 int cuEventDestroy_v2(void *event) { (void)event; stub_destroys++; return 0; }
 
+int cuStreamIsCapturing(void *stream, int *status) { (void)stream; *status = 0; return 0; }
+
 int cuStreamSynchronize(void *stream) { (void)stream; stub_syncs++; return 0; }
 
 int cuEventSynchronize(void *event) { (void)event; stub_syncs++; return 0; }

@@ -176,6 +176,7 @@ def test_cuda_sync_event_waited_on_consumer_stream(fake):
     fake.hold(producer, device=1)
     dl.__dlpack__(stream=consumer, max_version=(1, 0))
     assert fake.calls == [("cuStreamGetCtx", consumer), ("cuCtxPushCurrent", ctx(1)),
+                          ("cuStreamIsCapturing", consumer),    # not a graph capture (§10)
                           ("cuStreamWaitEvent", consumer, ev, 0), *LEAVE]
     seen = fake.consume(consumer, ptr, 12, device=1)
     fake.run()

@@ -12,6 +12,8 @@ from dlpack.tests.fake_cuda import (
     EVENT,
     LEAVE,
     alloc,
+    capture_check,
+    ctx,
     enter,
     free,
     query,
@@ -233,13 +235,15 @@ def test_device_to_host_copy_of_strided_data_copies_the_elements(fake):
     assert got == [2 + i - 2 * j for i in range(3) for j in range(2)]
 
 
-def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake):
+def test_host_to_device_copy_in_its_context_freed_by_the_deleter(fake_sync):
+    """Without stream-ordered allocation: cuMemAlloc, cuMemcpyHtoD, an event, cuMemFree."""
+    fake = fake_sync
     b = bytes(range(8))
     fake.stream(5, device=1)
     capsule = asdlpack(b).__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=5)
     info = todict(capsule)
     ptr = info["data"]
-    assert fake.calls == [*enter(1, True), *alloc(8, ptr), *LEAVE,
+    assert fake.calls == [*capture_check(5, ctx(1)), *enter(1, True), *alloc(8, ptr), *LEAVE,
                           *enter(1), ("cuMemcpyHtoD", ptr, 8), *LEAVE,
                           *wait(1, 1, 5, first=False)]     # stream 5 waits for the copy
     assert info["device"] == (DLDeviceType.kDLCUDA, 1) and info["flags"] == 2   # copied

@@ -67,21 +67,26 @@ def test_null_data_for_a_non_empty_cai_is_refused_before_the_driver(fake):
 # -- stream values ---------------------------------------------------------------------------
 
 
-def test_device_copy_is_ordered_before_the_consumers_stream(fake):
+@pytest.mark.parametrize("driver", ["fake", "fake_sync"])
+def test_device_copy_is_ordered_before_the_consumers_stream(request, driver):
     """FINDING: a host -> GPU copy for a consumer stream (here 0xABC) is one cuMemcpyHtoD on
     the legacy default stream and nothing else. From pageable memory that call returns once
     the bytes are staged, "but the DMA to final destination may not have completed" (CUDA
     driver API, API synchronization behavior), and a non-blocking consumer stream does not wait
     for the legacy stream. Expected: after the copy, an event on stream 1 that 0xABC waits for
-    (or a synchronize of stream 1)."""
+    (or a synchronize of stream 1); with stream-ordered allocation, the copy queued on 0xABC."""
+    fake = request.getfixturevalue(driver)
     fake.stream(0xABC, nonblocking=True)
     capsule = asdlpack(b"abcdefgh").__dlpack__(max_version=(1, 0), dl_device=(2, 0),
                                                stream=0xABC)
-    copy_at = [c[0] for c in fake.calls].index("cuMemcpyHtoD")
-    after = fake.calls[copy_at + 1:]
-    ordered = ("cuStreamSynchronize", 1) in after or (
-        ("cuEventRecord", fake_cuda.EVENT, 1) in after
-        and ("cuStreamWaitEvent", 0xABC, fake_cuda.EVENT, 0) in after)
+    names = [c[0] for c in fake.calls]
+    if driver == "fake":                # queued on the consumer's stream itself
+        ordered = fake.calls[names.index("cuMemcpyHtoDAsync")][-1] == 0xABC
+    else:
+        after = fake.calls[names.index("cuMemcpyHtoD") + 1:]
+        ordered = ("cuStreamSynchronize", 1) in after or (
+            ("cuEventRecord", fake_cuda.EVENT, 1) in after
+            and ("cuStreamWaitEvent", 0xABC, fake_cuda.EVENT, 0) in after)
     assert ordered, fake.calls
     seen = fake.consume(0xABC, todict(capsule)["data"], 8)
     fake.synchronize(0xABC)

@@ -330,9 +330,11 @@ def test_7_strided_layouts_against_numpy(fake, view, max_pitch):
 # -- 8: the private copy of read-only data for legacy consumers is on the device ----------------
 
 
-def test_8_legacy_consumer_of_read_only_cuda_data_gets_a_device_copy(fake):
+def test_8_legacy_consumer_of_read_only_cuda_data_gets_a_device_copy(fake_sync):
     """JAX on GPU calls __dlpack__() without max_version (before: BufferError, no host copy
-    possible). The copy waits for the producer and lands on the consumer's stream."""
+    possible). The copy waits for the producer and lands on the consumer's stream (a driver
+    without stream-ordered allocation: cuMemAlloc and cuMemFree)."""
+    fake = fake_sync
     ptr = fake.device_array(floats(*range(6)), device=1)
     side = fake.stream(device=1)
     dl = asdlpack(CAI(ptr, stream=side, readonly=True))

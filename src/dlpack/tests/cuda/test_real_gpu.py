@@ -535,3 +535,38 @@ def test_pinned_memory_to_consumers_that_refuse_cuda_host():
     assert torch.from_dlpack(host).data_ptr() == t.data_ptr()
     jnp = pytest.importorskip("jax.numpy")
     assert jnp.from_dlpack(host).tolist() == list(range(16))
+
+
+def test_exchanges_inside_a_torch_cuda_graph_capture():
+    """Inside torch.cuda.graph a view on the capture stream makes no call and replays; a copy,
+    or a producer on the legacy stream, is refused and leaves the capture intact (spec §10)."""
+    x = torch.arange(16, device="cuda", dtype=torch.float32)
+    dl = asdlpack(x)
+    legacy = asdlpack(_cai(x.data_ptr(), 16, 1))
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        y = torch.from_dlpack(dl) * 2
+        with pytest.raises(BufferError, match="capturing a CUDA graph"):
+            dl.__dlpack__(stream=torch.cuda.current_stream().cuda_stream, copy=True)
+        with pytest.raises(BufferError, match="capturing a CUDA graph"):
+            legacy.__dlpack__(stream=torch.cuda.current_stream().cuda_stream)
+    x.fill_(1.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert y.tolist() == [2.0] * 16
+
+
+def test_a_copy_to_the_gpu_for_a_side_stream_is_stream_ordered():
+    """dl_device=(kDLCUDA, 0) with a side stream: allocated, copied and freed on that stream
+    (cuMemAllocAsync, cuMemcpyHtoDAsync, cuMemFreeAsync; spec §10), read there by torch."""
+    np = pytest.importorskip("numpy")
+    a = np.arange(1 << 16, dtype=np.float32)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        capsule = asdlpack(a).__dlpack__(dl_device=(CUDA, 0), stream=side.cuda_stream)
+        t = torch.from_dlpack(capsule)
+        total = t.sum()
+        del t, capsule
+    side.synchronize()
+    assert total.item() == float(a.sum())
