@@ -559,12 +559,30 @@ cdef int _cu_copy(int32_t device_id, void *dst, const void *src, size_t nbytes,
 cdef int _cu_copy_to_device_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst,
                                const void *src, size_t nbytes) except -1:
     """Queue a host-to-device copy on stream (cuMemcpyHtoDAsync): from pageable memory the
-    driver stages the bytes before it returns, waiting for no stream (spec §10)."""
-    cdef CUresult rc
+    driver stages the bytes before it returns, waiting for no stream (spec §10). Page-locked
+    memory it would read only when the copy runs, after the source may be gone (torch's
+    pinned tensors are kDLCPU): that is first copied into pageable memory here."""
+    cdef CUresult rc = 0
+    cdef unsigned int mem = 0
+    cdef void *value = &mem
+    cdef int attribute = CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    cdef void *staged = NULL
     _cu_enter(device_id)
-    with nogil:
-        rc = _cu_async.cuMemcpyHtoDAsync(dst, src, nbytes, <CUstream>stream)
+    try:
+        _cu_check(_cu.cuPointerGetAttributes(1, &attribute, &value, <uintptr_t>src),
+                  "cuPointerGetAttributes")
+        if mem == CU_MEMORYTYPE_HOST:
+            staged = malloc(nbytes)
+            if staged == NULL:
+                raise MemoryError(f"__dlpack__: cannot allocate {nbytes} bytes")
+            with nogil:
+                memcpy(staged, src, nbytes)
+            src = staged
+        with nogil:
+            rc = _cu_async.cuMemcpyHtoDAsync(dst, src, nbytes, <CUstream>stream)
+    finally:
         _cu_leave()
+        free(staged)                    # staged by the driver before cuMemcpyHtoDAsync returned
     return _cu_check(rc, "cuMemcpyHtoDAsync")
 
 

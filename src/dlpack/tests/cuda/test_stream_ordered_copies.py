@@ -21,12 +21,14 @@ def test_a_copy_to_the_gpu_is_ordered_on_the_consumers_stream(fake):
     stream, no event: the copy is queued on the consumer's stream, and freed there."""
     consumer = fake.stream(device=1, nonblocking=True)
     fake.hold(consumer, device=1)               # the consumer's earlier work, still running
-    capsule = asdlpack(b"abcdefgh").__dlpack__(max_version=(1, 0), dl_device=(2, 1),
-                                               stream=consumer)
+    source = asdlpack(b"abcdefgh")
+    src = source.data_ptr
+    capsule = source.__dlpack__(max_version=(1, 0), dl_device=(2, 1), stream=consumer)
     ptr = todict(capsule)["data"]
     assert fake.calls == [*capture_check(consumer, ctx(1)), ("cuStreamGetCtx", consumer),
                           *primary(1, True), *enter(1), ("cuMemAllocAsync", 8, consumer),
                           ("cuPointerGetAttributes", ptr), *LEAVE, *enter(1),
+                          ("cuPointerGetAttributes", src),
                           ("cuMemcpyHtoDAsync", ptr, 8, consumer), *LEAVE]
     seen = fake.consume(consumer, ptr, 8, device=1)
     fake.release(consumer, device=1)
@@ -39,6 +41,25 @@ def test_a_copy_to_the_gpu_is_ordered_on_the_consumers_stream(fake):
     assert fake.pending() == [f"free {ptr:#x}"]     # after the consumer's work on its stream
     fake.run()
     assert ptr not in fake.allocations
+
+
+def test_a_copy_from_page_locked_host_memory_reads_it_before_returning(fake):
+    """Pageable memory the driver stages before cuMemcpyHtoDAsync returns; page-locked memory
+    (a pinned torch tensor is kDLCPU) it reads when the copy runs, after its owner may have
+    reused it: pydlpack copies it to pageable memory first, so the copy has its values then."""
+    buf = (ctypes.c_char * 8)(*b"abcdefgh")
+    fake.pinned(buf)
+    consumer = fake.stream(device=1, nonblocking=True)
+    fake.hold(consumer, device=1)               # the copy cannot run yet
+    capsule = asdlpack(memoryview(buf)).__dlpack__(max_version=(1, 0), dl_device=(2, 1),
+                                                   stream=consumer)
+    ptr = todict(capsule)["data"]
+    ctypes.memmove(buf, b"reused!!", 8)         # the source's owner, done with it
+    seen = fake.consume(consumer, ptr, 8, device=1)
+    fake.release(consumer, device=1)
+    fake.synchronize(consumer, device=1)
+    assert seen.value == b"abcdefgh"
+    del capsule
 
 
 def test_a_private_device_copy_is_ordered_on_the_consumers_stream(fake):
