@@ -3,12 +3,12 @@
 Timings on a shared machine drift by several percent; instruction counts do not, so a
 restructuring of the core (docs/spec.md §1) is compared with them: run this before and after,
 ``--json before.json``, then ``--compare before.json``. Every process runs the setup and warms
-each row's call up; a row is the count of one that then makes its call N times, minus the count
-of one that stops after the warm-up, divided by N.
+each row's call up; a row is what callgrind counts while one then makes its call N times in a
+loop inside operator.call (collection is on only there), divided by N.
 
     python benchmarks/instructions.py [--torch] [--json out.json] [--compare before.json]
 
-Needs valgrind. A dozen valgrind runs of a few seconds each; ``--torch`` makes each slower.
+Needs valgrind. A valgrind run of a few seconds per row; ``--torch`` makes each slower.
 """
 
 from __future__ import annotations
@@ -70,13 +70,15 @@ N = 2000
 
 
 def collected(code: str, env: dict[str, str]) -> int:
-    """Instructions callgrind counts for running ``code`` in a fresh interpreter, which then
-    exits at once: the interpreter's teardown (a collection of the whole heap among it) varies
-    with what ran and would outweigh the calls counted."""
+    """Instructions callgrind counts inside operator.call in a fresh interpreter running
+    ``code`` (which makes that one call): the calls counted and nothing else — not the imports,
+    the warm-up, another thread's start nor the interpreter's teardown, which vary with what ran
+    by more than the calls cost."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-             sys.executable, "-c", code + "\nimport os\nos._exit(0)\n"],
+             "--toggle-collect=_operator_call*", sys.executable, "-c",
+             code + "\nimport os\nos._exit(0)\n"],
             capture_output=True, text=True, env=env, check=True)
     m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
     if m is None:
@@ -92,8 +94,11 @@ def warm_up(setup: str, stmts: list[str]) -> str:
     return setup + warm + "\nimport gc\ngc.collect()\ngc.disable()\n"
 
 
-def per_call(start: str, stmt: str, baseline: int, env: dict[str, str]) -> float:
-    return (collected(start + f"\nfor _ in range({N}):\n    {stmt}\n", env) - baseline) / N
+def per_call(start: str, stmt: str, env: dict[str, str]) -> float:
+    """Instructions per call of stmt, made N times in a loop inside operator.call (the loop's
+    own few instructions per round included, alike in every tree)."""
+    loop = f"for _ in range({N}):\n    {stmt}\n"
+    return collected(f"{start}\nimport operator\noperator.call(exec, {loop!r})\n", env) / N
 
 
 def main() -> int:
@@ -117,9 +122,8 @@ def main() -> int:
     counts = {}
     for setup, rows in groups:
         start = warm_up(setup, list(rows.values()))
-        baseline = collected(start, env)
         for label, stmt in rows.items():
-            counts[label] = n = per_call(start, stmt, baseline, env)
+            counts[label] = n = per_call(start, stmt, env)
             old = before.get(label)
             ratio = f"  {n / old:5.3f}× of {old:9.0f}" if old else ""
             print(f"{label:40} {n:9.0f} instructions{ratio}", flush=True)
