@@ -8,12 +8,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 
-import numpy as np
 import pytest
 
 from dlpack import DLDeviceType as D
 from dlpack import _core, asdlpack, from_address, todict
 from dlpack.tests.helpers import CAI, cuda_floats
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 # The source devices, one of each kind the plan tells apart ("other": a kind pydlpack neither
 # reads on the host nor copies, OpenCL here).

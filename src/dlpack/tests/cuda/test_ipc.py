@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from dlpack import DLDeviceType, _core, asdlpack, todict
@@ -27,6 +26,8 @@ from dlpack.tests.fake_cuda import (
     IpcHandle,
 )
 from dlpack.tests.helpers import CAI
+
+np = pytest.importorskip("numpy", reason="numpy is not installed")
 
 CUDA = DLDeviceType.kDLCUDA
 VALUES = np.arange(6, dtype=np.float32)
