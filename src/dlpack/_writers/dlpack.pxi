@@ -273,13 +273,13 @@ cdef inline PlanRefusal _move_refusal(const ExportAsk *a) noexcept nogil:
 
 cdef inline void _export_plan(const ExportAsk *a, ExportPlan *p) noexcept nogil:
     """What an export is, from what it asks (pure: no Python, no driver; tested for every
-    combination). CPU data as it is, the common case, is decided here in a few instructions;
-    everything else by _plan_in_full."""
-    if (a.here.device_type == kDLCPU and not a.has_target and not a.stream
-            and a.copy != COPY_ALWAYS and (a.versioned or not a.read_only)):
-        p.kind = PLAN_VIEW
+    combination). CPU data as it is, or copied because copy=True asks, the common cases, are
+    decided here in a few instructions; everything else by _plan_in_full."""
+    if a.here.device_type == kDLCPU and not a.has_target and not a.stream and (
+            a.copy == COPY_ALWAYS or a.versioned or not a.read_only):
+        p.kind = PLAN_HOST_COPY if a.copy == COPY_ALWAYS else PLAN_VIEW
         p.order = ORDER_NONE
-        p.reason = REASON_NONE
+        p.reason = REASON_ASKED if a.copy == COPY_ALWAYS else REASON_NONE
         p.refusal = REFUSE_NONE
         p.torch_device = False
         p.target = a.here
