@@ -572,7 +572,7 @@ cdef int _cu_copy_to_device_on(int32_t device_id, uintptr_t stream, CUdeviceptr 
         _cu_check(_cu.cuPointerGetAttributes(1, &attribute, &value, <uintptr_t>src),
                   "cuPointerGetAttributes")
         if mem == CU_MEMORYTYPE_HOST:
-            staged = malloc(nbytes)
+            staged = _alloc_copy(nbytes)        # the copies' one allocator (pageable)
             if staged == NULL:
                 raise MemoryError(f"__dlpack__: cannot allocate {nbytes} bytes")
             with nogil:
