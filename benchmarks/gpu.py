@@ -36,6 +36,8 @@ def _copy_rows(torch):
     t = torch.arange(1 << 18, device="cuda", dtype=torch.float32)
     big = torch.arange(1 << 22, device="cuda", dtype=torch.float32).reshape(4096, 1024)
     column = _CAIOnly(big[:, 3])                    # 16 KiB of a 16 MiB tensor
+    odd = torch.arange(1024 * 1001, device="cuda", dtype=torch.float32).reshape(1024, 1001)
+    every_other = _CAIOnly(odd[:, ::2])             # rows 1001 floats apart: its covering span
     host = np.arange(1 << 18, dtype=np.float32)
     readonly = asdlpack(_CAIOnly(t, readonly=True))
 
@@ -47,6 +49,8 @@ def _copy_rows(torch):
          "t_cuda.cpu().numpy()", lambda: t.cpu().numpy(), 1.2),
         ("np.from_dlpack(column_cai, device=cpu)", to_host(column),
          "big[:, 3].cpu().numpy()", lambda: big[:, 3].cpu().numpy(), 2.0),
+        ("np.from_dlpack(odd[:, ::2]_cai, device=cpu)", to_host(every_other),
+         "odd[:, ::2].cpu().numpy()", lambda: odd[:, ::2].cpu().numpy(), 2.0),
         ("asdlpack(a).__dlpack__(dl_device=cuda)",
          lambda: torch.utils.dlpack.from_dlpack(asdlpack(host).__dlpack__(
              dl_device=(2, 0), max_version=(1, 0))),

@@ -124,6 +124,8 @@ cdef size_t _cu_max_pitch[MAX_CUDA_DEVICES]     # CU_DEVICE_ATTRIBUTE_MAX_PITCH,
 cdef int _cu_concurrent[MAX_CUDA_DEVICES]       # CONCURRENT_MANAGED_ACCESS + 1, asked once
 cdef unsigned int _cu_generation = 0         # bumped when tests swap drivers
 cdef PyThread_type_lock _cu_lock = PyThread_allocate_lock()     # loading and retaining
+cdef int64_t _CU_SPAN_CHUNK = 16 << 20  # window of a covering-span device copy (§10)
+cdef int64_t _CU_CALL_BYTES = 128 << 10  # bytes a synchronous copy moves in one call's overhead
 cdef int _CU_ATTRIBUTES[5]
 _CU_ATTRIBUTES[:] = [CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_HOST_POINTER,
@@ -224,6 +226,23 @@ def _cuda_driver(symbols=None, path="libcuda.so.1"):
         _cu_ready = True
         _cu_state = "fake"
     return _cu_state
+
+
+def _cuda_copy_costs(call_bytes=None, chunk=None):
+    """Tests: set what a synchronous driver call costs in bytes moved (0: nothing, so strided
+    device-to-host copies never take the covering span) and the span's window (§10); returns
+    the previous pair."""
+    global _CU_CALL_BYTES, _CU_SPAN_CHUNK
+    previous = (_CU_CALL_BYTES, _CU_SPAN_CHUNK)
+    if call_bytes is not None:
+        if call_bytes < 0:
+            raise ValueError(f"_cuda_copy_costs: call_bytes={call_bytes} is negative")
+        _CU_CALL_BYTES = call_bytes
+    if chunk is not None:
+        if chunk < 1:
+            raise ValueError(f"_cuda_copy_costs: chunk={chunk} is not positive")
+        _CU_SPAN_CHUNK = chunk
+    return previous
 
 
 def _cuda_state():
@@ -595,13 +614,18 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
     index of the dimensions outside those: cuMemcpy3D, cuMemcpy2D for one slice, cuMemcpyDtoH
     for one row. Rows go one by one where their pitch overlaps a row or exceeds the device's
     CU_DEVICE_ATTRIBUTE_MAX_PITCH (which the driver enforces even for one row; a row may be
-    longer than that: a contiguous run over 2 GiB)."""
+    longer than that: a contiguous run over 2 GiB). Where those calls would cost more than
+    copying the bytes between the rows (_CU_CALL_BYTES per call) and the rows lie in memory in
+    that order, the span covering them is copied instead, in windows of _CU_SPAN_CHUNK bytes,
+    and each row taken from its window on the host (_cu_copy_span)."""
     cdef CUDA_MEMCPY3D c
     cdef CUDA_MEMCPY2D c2
     cdef CUresult rc = 0
     cdef int i, dev, max_pitch = 0
     cdef int64_t idx[MAX_NDIM]
-    cdef int64_t offset = 0, height = 1, depth = 1, row_pitch = <int64_t>width, rows = 1
+    cdef int64_t offset = 0, height, depth, row_pitch, rows
+    cdef int64_t copy_shape[4]
+    cdef bint done
     cdef const char *what
     _cu_enter(device_id)
     if _cu_max_pitch[device_id] == 0:
@@ -611,16 +635,16 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
             _cu_leave()
             return _cu_check(rc, "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX_PITCH)")
         _cu_max_pitch[device_id] = max_pitch if max_pitch > 0 else 1
-    if n > 0 and pitch[n - 1] >= <int64_t>width and pitch[n - 1] <= <int64_t>_cu_max_pitch[
-            device_id]:
-        n -= 1                          # the innermost dimension: the rows of each copy
-        height = extent[n]
-        row_pitch = pitch[n]
-        if (n > 0 and pitch[n - 1] % row_pitch == 0
-                and pitch[n - 1] // row_pitch >= height):
-            n -= 1                      # the next: slices of a whole number of rows
-            depth = extent[n]
-            rows = pitch[n] // row_pitch
+    try:
+        done = _cu_copy_span(dst, src, width, n, extent, pitch, _cu_max_pitch[device_id])
+    except BaseException:
+        _cu_leave()
+        raise
+    if done:
+        _cu_leave()
+        return 0
+    n = _cu_copy_shape(width, n, extent, pitch, _cu_max_pitch[device_id], copy_shape)
+    height, row_pitch, depth, rows = copy_shape[0], copy_shape[1], copy_shape[2], copy_shape[3]
     what = (b"cuMemcpy3D" if depth > 1 else b"cuMemcpy2D" if height > 1 else b"cuMemcpyDtoH")
     memset(&c, 0, sizeof(c))
     c.srcMemoryType = CU_MEMORYTYPE_DEVICE
@@ -669,6 +693,81 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
                 break
         _cu_leave()
     return _cu_check(rc, (<bytes>what).decode())
+
+
+cdef int _cu_copy_shape(size_t width, int n, const int64_t *extent, const int64_t *pitch,
+                        size_t max_pitch, int64_t *shape) noexcept nogil:
+    """The one copy _cu_copy_rows repeats: shape gets its height (rows of a 2-D copy), their
+    pitch, its depth (slices of a 3-D copy) and their pitch in rows; returns how many of the
+    outer dimensions index the repeats (the innermost taken in rows, the next in slices)."""
+    shape[0], shape[1], shape[2], shape[3] = 1, <int64_t>width, 1, 1
+    if n > 0 and pitch[n - 1] >= <int64_t>width and pitch[n - 1] <= <int64_t>max_pitch:
+        n -= 1                          # the innermost dimension: the rows of each copy
+        shape[0], shape[1] = extent[n], pitch[n]
+        if n > 0 and pitch[n - 1] % pitch[n] == 0 and pitch[n - 1] // pitch[n] >= extent[n]:
+            n -= 1                      # the next: slices of a whole number of rows
+            shape[2], shape[3] = extent[n], pitch[n] // shape[1]
+    return n
+
+
+cdef bint _cu_copy_span(char *dst, uintptr_t src, size_t width, int n, const int64_t *extent,
+                        const int64_t *pitch, size_t max_pitch) except -1:
+    """_cu_copy_rows' other way (spec §10): copy the span covering the rows in windows of at
+    most _CU_SPAN_CHUNK bytes (host memory bounded whatever the span), each row then copied
+    from its window to dst on the host; in a context made current. False, with nothing copied,
+    where the rows are not in memory order (overlapping or interleaved: a window would be
+    copied again for each) or where the calls the windows save (_CU_CALL_BYTES each) cost less
+    than the bytes between the rows."""
+    cdef int64_t span = <int64_t>width, rows = 1, calls, base = 0, end = 0, offset = 0
+    cdef int64_t window, length, windows
+    cdef int64_t idx[MAX_NDIM]
+    cdef int64_t copy_shape[4]
+    cdef int i
+    cdef char *buf
+    cdef CUresult rc = 0
+    for i in range(n - 1, -1, -1):      # reach of the rows inside each index of dimension i
+        if pitch[i] < span:
+            return False                # overlaps or interleaves the dimensions inside it
+        span += (extent[i] - 1) * pitch[i]
+        rows *= extent[i]
+    calls = 1
+    for i in range(_cu_copy_shape(width, n, extent, pitch, max_pitch, copy_shape)):
+        calls *= extent[i]
+    window = span if span < _CU_SPAN_CHUNK else max(_CU_SPAN_CHUNK, <int64_t>width)
+    windows = span // window + 1        # at most, where rows straddle windows
+    if (calls <= windows or _CU_CALL_BYTES == 0
+            or (span - rows * <int64_t>width) // _CU_CALL_BYTES >= calls - windows):
+        return False
+    buf = <char *>_alloc_copy(window)
+    if buf == NULL:
+        raise MemoryError(f"cannot allocate a {window}-byte window for a device copy")
+    for i in range(n):
+        idx[i] = 0
+    with nogil:
+        while True:
+            if offset + <int64_t>width > end:       # the row's bytes start the next window
+                base = offset
+                length = min(window, span - offset)
+                rc = _cu.cuMemcpyDtoH(buf, src + offset, length)
+                if rc != 0:
+                    break
+                end = base + length
+            memcpy(dst, buf + (offset - base), width)
+            dst += width
+            i = n - 1
+            while i >= 0:               # odometer over the dimensions, as _cu_copy_rows'
+                if idx[i] + 1 < extent[i]:
+                    idx[i] += 1
+                    offset += pitch[i]
+                    break
+                offset -= (extent[i] - 1) * pitch[i]
+                idx[i] = 0
+                i -= 1
+            if i < 0:
+                break
+    free(buf)
+    _cu_check(rc, "cuMemcpyDtoH")
+    return True
 
 
 cdef int _cu_copy_on(int32_t device_id, uintptr_t stream, CUdeviceptr dst, CUdeviceptr src,

@@ -440,8 +440,9 @@ cdef int _dl_device_arg(object dl_device, DLDevice *out) except -1:
 cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
     """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
     producer): contiguous data in one copy; strided data element by element, in rows of 2-D
-    copies, into a staging buffer in the order the elements lie in memory, then gathered into
-    C order on the host (host memory: the block and at most nbytes more, whatever the span)."""
+    copies (or windows of their covering span, §10), into a staging buffer in the order the
+    elements lie in memory, then gathered into C order on the host (host memory: the block,
+    nbytes more and at most one 16 MiB window, whatever the span)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int i, k, n = 0, ndim = self.desc.dl.ndim
     cdef int64_t isz = self.desc.layout.itemsize, lo = 0, step, size, offset = 0, width

@@ -7,7 +7,7 @@ import ctypes
 
 import pytest
 
-from dlpack import asdlpack, todict
+from dlpack import _core, asdlpack, todict
 from dlpack.tests import arrow_producers as ap
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
@@ -121,16 +121,17 @@ def test_data_on_the_legacy_stream_is_reported_as_stream_1(fake):
 
 def test_a_row_longer_than_max_pitch_is_copied_without_a_pitch(fake):
     """cuMemcpy2D refuses a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH even for one row (the fake
-    too): a contiguous run that long (over 2 GiB on a real GPU) is one cuMemcpyDtoH."""
+    too): a contiguous run that long (over 2 GiB on a real GPU) is one cuMemcpyDtoH. The rows
+    lie far enough apart that copying the bytes between them would cost more than the calls."""
     np = pytest.importorskip("numpy")
     fake.max_pitch = 64
-    ptr = cuda_floats(fake, range(80), stream=None)
-    dl = asdlpack(CAI(ptr, stream=None, shape=(2, 32), strides=(192, 4)))    # rows: 128 bytes
+    ptr = cuda_floats(fake, range(70_032), stream=None)
+    dl = asdlpack(CAI(ptr, stream=None, shape=(2, 32), strides=(280_000, 4)))  # rows: 128 bytes
     fake.calls.clear()
     got = np.from_dlpack(dl, device="cpu", copy=True)
-    assert got.tolist() == [list(range(32)), list(range(48, 80))]
+    assert got.tolist() == [list(range(32)), list(range(70_000, 70_032))]
     assert [c for c in fake.calls if c[0].startswith("cuMemcpy")] == [
-        ("cuMemcpyDtoH", ptr, 128), ("cuMemcpyDtoH", ptr + 192, 128)]
+        ("cuMemcpyDtoH", ptr, 128), ("cuMemcpyDtoH", ptr + 280_000, 128)]
 
 
 def test_a_device_copy_with_stream_minus_1_waits_for_the_arrow_sync_event(fake):
@@ -174,16 +175,50 @@ VIEWS = [  # (shape of the base array, index): views whose host copy takes 2-D o
 ]
 
 
-@pytest.mark.parametrize(("shape", "index"), VIEWS)
-def test_host_copies_of_strided_views_match_numpy(fake, shape, index):
-    """Each view's host copy equals NumPy's copy of the same view of the same bytes, with one
-    driver call per index of the dimensions outside the 3-D copies (never one per row)."""
-    np = pytest.importorskip("numpy")
+@pytest.fixture
+def copy_costs():
+    """Set the covering-span copy's costs for one test (spec §10), restored afterwards."""
+    previous = _core._cuda_copy_costs()
+    yield _core._cuda_copy_costs
+    _core._cuda_copy_costs(*previous)
+
+
+def _device_view(np, fake, shape, index):
+    """(NumPy view of a float32 arange, a CAI provider of the same view in fake device memory)."""
     base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     view = base[index]
     ptr = fake.device_array(base.tobytes(), device=1)
     offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    dl = asdlpack(CAI(ptr + offset, stream=None, shape=view.shape, strides=view.strides))
+    return view, CAI(ptr + offset, stream=None, shape=view.shape, strides=view.strides)
+
+
+def _span(view):
+    """Bytes from a view's lowest element to the end of its highest."""
+    low = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s > 0)
+    return high - low + view.itemsize
+
+
+def _row_bytes(view):
+    """Bytes of the contiguous runs a view's elements lie in (its copies' rows)."""
+    width = view.itemsize
+    for step, n in sorted((abs(s), n) for n, s in zip(view.shape, view.strides, strict=True)
+                          if n > 1 and s):
+        if step != width:
+            break
+        width *= n
+    return width
+
+
+@pytest.mark.parametrize(("shape", "index"), VIEWS)
+def test_host_copies_of_strided_views_match_numpy(fake, copy_costs, shape, index):
+    """With calls costing nothing (no covering span), each view's host copy equals NumPy's copy
+    of the same view of the same bytes, with one driver call per index of the dimensions outside
+    the 3-D copies (never one per row)."""
+    np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=0)
+    view, cai = _device_view(np, fake, shape, index)
+    dl = asdlpack(cai)
     fake.calls.clear()
     got = np.from_dlpack(dl, device="cpu", copy=True)
     assert got.tolist() == view.tolist()
@@ -195,10 +230,98 @@ def test_host_copies_of_strided_views_match_numpy(fake, shape, index):
                else c[2] for c in copies) == view.nbytes                # elements, not spans
 
 
-def test_a_3d_view_is_one_cumemcpy3d(fake):
+def test_covering_span_copies_match_numpy(fake, copy_costs):
+    """Where calls cost more than the bytes between rows, the span covering a view crosses in
+    windows of at most the chunk (or one row, where a row is longer) and each row is taken from
+    its window: the same values as the driver's 2-D and 3-D copies, windows in memory order,
+    never past the view's last byte. Every chunk size takes windows for some views."""
+    np = pytest.importorskip("numpy")
+    for chunk in (64, 100, 200, 1 << 20):
+        windowed = 0
+        copy_costs(call_bytes=1 << 62, chunk=chunk)
+        for shape, index in VIEWS:
+            view, cai = _device_view(np, fake, shape, index)
+            dl = asdlpack(cai)
+            fake.calls.clear()
+            assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist(), (
+                chunk, shape, index)
+            copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+            if {c[0] for c in copies} == {"cuMemcpyDtoH"} and max(c[2] for c in copies) > 16:
+                windowed += 1
+                low = min(c[1] for c in copies)
+                assert [c[1] for c in copies] == sorted(c[1] for c in copies)
+                assert max(c[1] + c[2] for c in copies) - low == _span(view)
+                assert all(c[2] <= max(chunk, _row_bytes(view)) for c in copies)
+        assert windowed >= 2, chunk
+
+
+def test_a_view_of_odd_rows_is_one_copy_of_its_span(fake):
+    """Every other element of rows 1001 floats long: the rows of one slice are not a whole
+    number of rows apart, so the driver's copies take one call per row (1 000 here, 10⁶ for
+    realistic sizes, each synchronous); the span is 2x the elements, one cuMemcpyDtoH."""
+    np = pytest.importorskip("numpy")
+    view, cai = _device_view(np, fake, (1000, 1001), S[:, ::2])
+    dl = asdlpack(cai)
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c[0::2] for c in fake.calls if c[0].startswith("cuMemcpy")] == [
+        ("cuMemcpyDtoH", _span(view))]
+
+
+def test_a_span_longer_than_its_window_crosses_in_windows(fake):
+    """5 000 rows of 1 001 floats (20 MB): two windows of at most 16 MiB, the second starting
+    at the first element the first window cut; host memory is the elements and one window."""
+    np = pytest.importorskip("numpy")
+    view, cai = _device_view(np, fake, (5000, 1001), S[:, 1::2])
+    dl = asdlpack(cai)
+    fake.calls.clear()
+    assert np.array_equal(np.from_dlpack(dl, device="cpu", copy=True), view)
+    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    start = copies[0][1]
+    assert [c[0] for c in copies] == ["cuMemcpyDtoH"] * 2
+    assert copies[0][2] == 16 << 20
+    second = copies[1][1] - start           # at the first element the first window cut
+    assert (second % 4004) % 8 == 0 and (16 << 20) - 8 < second <= 16 << 20
+    assert copies[1][1] + copies[1][2] - start == _span(view)
+
+
+def test_rows_far_apart_keep_the_drivers_copies(fake):
+    """Where the bytes between rows outweigh the calls saved (4 KiB of elements in a 4 MB
+    span, four calls), the span is not copied: four cuMemcpy2D of the elements."""
+    np = pytest.importorskip("numpy")
+    view, cai = _device_view(np, fake, (4, 250_001), S[:, ::70_000])
+    dl = asdlpack(cai)
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c[0] for c in fake.calls if c[0].startswith("cuMemcpy")] == ["cuMemcpy2D"] * 4
+
+
+def test_overlapping_rows_are_never_copied_as_a_span(fake):
+    """Rows that overlap in memory (as_strided) would cost a window for every row: the span is
+    copied only where the rows lie in memory in order, so these go row by row."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(1004, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base, shape=(1000, 4), strides=(4, 4))
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    assert len(copies) == 1000 and {c[2] for c in copies} == {16}
+
+
+def test_copy_costs_refuse_nonsense():
+    with pytest.raises(ValueError, match="call_bytes=-1"):
+        _core._cuda_copy_costs(call_bytes=-1)
+    with pytest.raises(ValueError, match="chunk=0"):
+        _core._cuda_copy_costs(chunk=0)
+
+
+def test_a_3d_view_is_one_cumemcpy3d(fake, copy_costs):
     """Slices a whole number of rows apart (a[:, ::2, :5] of a C array): one call, where rows
     of 2-D copies took one per slice (10⁶ calls for realistic sizes)."""
     np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=1 << 62)          # one call: nothing to save by copying the span
     base = np.arange(6 * 8 * 10, dtype=np.float32).reshape(6, 8, 10)
     view = base[:, ::2, :5]
     ptr = fake.device_array(base.tobytes(), device=1)

@@ -404,6 +404,18 @@ def test_a_host_copy_of_rows_longer_than_max_pitch():
     torch.cuda.empty_cache()
 
 
+@pytest.mark.parametrize("rows", [1024, 8192])
+def test_a_host_copy_of_a_view_through_its_covering_span(rows):
+    """Every other float of rows 1001 floats long (no 3-D copy describes it): the span crosses
+    in windows of 16 MiB (two or more for 8 192 rows), rows taken from their windows on the
+    host, the same values as torch's own copy."""
+    np = pytest.importorskip("numpy")
+    t = torch.arange(rows * 1001, device="cuda", dtype=torch.float32).reshape(rows, 1001)
+    view = t[:, 1::2]
+    got = np.from_dlpack(asdlpack(view), device="cpu", copy=True)
+    assert np.array_equal(got, view.cpu().numpy())
+
+
 def np_arange(n):
     np = pytest.importorskip("numpy")
     return np.arange(n, dtype=np.float32)
