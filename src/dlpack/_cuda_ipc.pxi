@@ -144,6 +144,7 @@ cdef class _IpcEvent:
     cdef CUevent event
     cdef unsigned int generation
     cdef readonly bytes handle          # what another process opens (exported events)
+    cdef object __weakref__
 
     def __dealloc__(self):
         _cu_event_destroy(self.context, self.event, self.generation)

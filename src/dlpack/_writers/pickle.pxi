@@ -217,10 +217,15 @@ cdef int _pickle_mode(object mode) except -1:
 cdef class _Received:
     """The base of an unpickled DLPackObject of CUDA data: what it keeps alive, and how it
     came (``how``): "ipc" (another process's memory, opened here), "same process" (the
-    sender's own memory) or "copy" (a host copy, restored to the device kind)."""
+    sender's own memory) or "copy" (a host copy, restored to the device kind). Memory
+    opened from a handle keeps where the handle came from, to forward it (spec §11)."""
     cdef readonly str how
     cdef readonly object owner
     cdef object event
+    cdef bytes handle                   # "ipc": the sender's handle, its GPU, pid and token
+    cdef bytes uuid
+    cdef object pid
+    cdef object token
 
     def __repr__(self):
         return f"<pickled CUDA data ({self.how})>"
@@ -245,6 +250,7 @@ cdef class _IpcExport:
 
 cdef object _ipc_exports = None     # DLPackObject -> its _IpcExport (weak keys)
 cdef object _ipc_senders = None     # token -> the DLPackObject (weak values)
+cdef object _ipc_events = None      # handle -> this process's exported _IpcEvent (weak values)
 # Tokens count from a random 62-bit start: a pid names a process only within its PID namespace
 # (containers sharing one IPC namespace reuse pids), so a pickle from another process with this
 # pid must not find one of this process's senders by a token both counted to.
@@ -257,13 +263,14 @@ cdef object _ipc_lock = _threading.Lock()
 
 cdef _IpcExport _ipc_export_of(DLPackObject self):
     """self's _IpcExport, made at its first pickle as a handle (one event per object)."""
-    global _ipc_exports, _ipc_senders, _ipc_last_token
+    global _ipc_exports, _ipc_senders, _ipc_events, _ipc_last_token
     cdef _IpcExport e
     with _ipc_lock:
         if _ipc_exports is None:
             import weakref
             _ipc_exports = weakref.WeakKeyDictionary()
             _ipc_senders = weakref.WeakValueDictionary()
+            _ipc_events = weakref.WeakValueDictionary()
             _ipc_last_token = int.from_bytes(_os.urandom(8), "little") >> 2
         e = _ipc_exports.get(self)
         if e is None or e.event.generation != _cu_generation:
@@ -273,16 +280,17 @@ cdef _IpcExport _ipc_export_of(DLPackObject self):
             e.token = _ipc_last_token
             _ipc_exports[self] = e
             _ipc_senders[e.token] = self
+            _ipc_events[e.event.handle] = e.event
     return e
 
 
 cdef object _reduce_cuda(DLPackObject self, int protocol):
-    """CUDA device memory as a handle (_rebuild_ipc); pinned, managed, pool and VMM memory,
-    which CUDA IPC does not share, and all of it with cuda_pickle="copy", as a host copy
-    (_rebuild_copy); cuda_pickle="ipc_only" refuses those."""
+    """CUDA device memory as a handle (_rebuild_ipc), memory opened from another process's
+    handle as that handle (forwarded); pinned, managed, pool and VMM memory, which CUDA IPC
+    does not share, and all of it with cuda_pickle="copy", as a host copy (_rebuild_copy);
+    cuda_pickle="ipc_only" refuses those."""
     cdef int32_t device_id = self.desc.dl.device.device_id
     cdef uintptr_t base = 0
-    cdef _IpcExport e
     if self.desc.layout.count == 0:             # no memory to share
         return _reduce_copy(self, protocol)
     handle = bytearray(CU_IPC_HANDLE_SIZE)
@@ -290,15 +298,11 @@ cdef object _reduce_cuda(DLPackObject self, int protocol):
         why = f"on {_device_name(self.desc.dl.device)}, which CUDA IPC does not share"
     elif self._pickle_mode == PICKLE_COPY:
         return _reduce_copy(self, protocol)
+    elif (origin := _ipc_origin(self)) is not None:
+        return _reduce_ipc(self, origin.handle, (<_IpcMemory>origin.owner).ptr, origin.uuid,
+                           origin.pid, origin.token)
     elif _cu_ipc_export(device_id, <uintptr_t>self.desc.dl.data, handle, &base):
-        e = _ipc_export_of(self)
-        _order_after_producer(self, CU_STREAM_LEGACY, False)
-        _cu_ipc_record(e.event)
-        t = self.desc.dl.dtype
-        return _rebuild_ipc, (bytes(handle), <uintptr_t>self.desc.dl.data - base,
-                              _cu_uuid(device_id), t.code, t.bits, t.lanes, self.shape,
-                              self.strides, self.desc.flags & _PICKLED_FLAGS, e.event.handle,
-                              _os.getpid(), e.token)
+        return _reduce_ipc(self, bytes(handle), base, _cu_uuid(device_id), None, None)
     else:
         why = (f"CUDA memory of {_device_name(self.desc.dl.device)} that CUDA IPC cannot share "
                "(stream-ordered pool or VMM memory)")
@@ -306,6 +310,33 @@ cdef object _reduce_cuda(DLPackObject self, int protocol):
         raise Refusal(f"pickle: the data is {why}, and cuda_pickle='ipc_only' refuses a host "
                       "copy; pass cuda_pickle='ipc' or 'copy' to asdlpack to send one")
     return _reduce_copy(self, protocol)
+
+
+cdef object _reduce_ipc(DLPackObject self, bytes handle, uintptr_t base, bytes uuid, object pid,
+                        object token):
+    """(_rebuild_ipc, its arguments): self as the offset into the allocation at base that
+    handle names, with an interprocess event recorded after self's producer; pid and token
+    say who sent the handle first (None: this process, self the sender)."""
+    cdef _IpcExport e = _ipc_export_of(self)
+    _order_after_producer(self, CU_STREAM_LEGACY, False)
+    _cu_ipc_record(e.event)
+    t = self.desc.dl.dtype
+    return _rebuild_ipc, (handle, <uintptr_t>self.desc.dl.data - base, uuid, t.code, t.bits,
+                          t.lanes, self.shape, self.strides, self.desc.flags & _PICKLED_FLAGS,
+                          e.event.handle, _os.getpid() if pid is None else pid,
+                          e.token if token is None else token)
+
+
+cdef _Received _ipc_origin(DLPackObject self):
+    """Where self's memory came from when it was opened here from another process's handle
+    (self unpickled so, or asdlpack's views of such an object, which share its description);
+    None otherwise."""
+    base = self._base
+    while isinstance(base, DLPackObject):
+        base = (<DLPackObject>base)._base
+    if isinstance(base, _Received) and (<_Received>base).handle is not None:
+        return base
+    return None
 
 
 cdef object _reduce_copy(DLPackObject self, int protocol):
@@ -399,6 +430,7 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     memory (found by token); elsewhere the allocation mapped once per process, the view
     bounded by it, ordered after the event the sender recorded (spec §10)."""
     cdef DLPackObject r, sender
+    cdef _Received received
     cdef _IpcMemory mem
     cdef _IpcEvent ev
     cdef _Pickled p
@@ -425,7 +457,9 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
             ordinal = _ipc_ordinal(uuid, _IPC_WAY_OUT)
             mem = _cu_ipc_open(ordinal, handle)
             field = "event"
-            ev = _cu_ipc_open_event(ordinal, event)
+            ev = _ipc_events.get(event) if _ipc_events is not None else None
+            if ev is None:      # the driver opens only another process's event
+                ev = _cu_ipc_open_event(ordinal, event)
         except CudaError as e:
             raise Refusal(f"pickle: field '{field}': {e}; a CUDA IPC handle opens in another "
                           "process on the same machine (and IPC namespace) while the sending "
@@ -441,5 +475,7 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     finally:
         _pickled_free(&p)
     _sync_by_event(r, ev.event)
-    _own_base(r, _received("ipc", mem, ev))
+    received = _received("ipc", mem, ev)
+    received.handle, received.uuid, received.pid, received.token = handle, uuid, pid, token
+    _own_base(r, received)
     return r

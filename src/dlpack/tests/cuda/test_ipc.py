@@ -199,19 +199,44 @@ def test_a_receiver_without_the_driver_gets_a_clear_error(fake, pool):
     assert "cuda_pickle='copy'" in error[1]
 
 
-def received_again(payload):
-    """Unpickle, then pickle the received view onward (a host copy: it is not shared again)."""
+FORWARDED = []      # what the forwarding child sends onward: kept alive, as a sender must
+
+
+def forward(payload):
+    """Unpickle, then pickle asdlpack's view of the received object onward (its handle is
+    forwarded) and load that here too: (how each came, whether both share one mapping, the
+    values, the onward pickle). The view is kept: its event orders the onward receivers."""
     dl = pickle.loads(payload)
-    back = pickle.loads(pickle.dumps(dl))
-    return todict(dl)["pickled"], todict(back)["pickled"], tuple(back.device)
+    view = asdlpack(dl)
+    onward = pickle.dumps(view)
+    again = pickle.loads(onward)
+    FORWARDED.extend((dl, view))
+    return (todict(dl)["pickled"], todict(again)["pickled"], again.base.owner is dl.base.owner,
+            np.from_dlpack(again, device="cpu", copy=True).tolist(), onward)
 
 
-def test_received_memory_is_not_shared_again(fake, pool):
-    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None))     # the sender lives
-    payload = pickle.dumps(dl)
-    result, calls = child(pool, fake, received_again, payload)
-    assert result == ("ipc", "copy", (CUDA, 0))
+def drop_forwarded():
+    FORWARDED.clear()
+
+
+def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
+    """A receiver pickling what it received sends the sender's handle on (a host copy before):
+    it loads in the receiver on the mapping it has, in the sender as the sender's own memory,
+    and in a third process as the sender's memory opened there, ordered after the forwarder's
+    event."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))     # the sender lives
+    (first, again, shared, values, onward), calls = child(pool, fake, forward, pickle.dumps(dl))
+    assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
     assert "cuIpcGetMemHandle" not in names(calls)
+    assert names(calls).count("cuIpcOpenMemHandle") == 1
+    back = pickle.loads(onward)
+    assert todict(back)["pickled"] == "same process" and back.data_ptr == ptr
+    with fake_cuda.spawn_pool() as third:
+        (values, device, how, _), calls = child(third, fake, read_host, onward)
+    assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+    assert {"cuIpcOpenMemHandle", "cuIpcOpenEventHandle"} <= set(names(calls))
+    child(pool, fake, drop_forwarded)
 
 
 def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
@@ -580,5 +605,28 @@ def test_dask_worker_process_reads_the_same_memory(fake):
             fake.run()                                  # this process's GPU runs meanwhile
             time.sleep(0.01)
         values, device, how, pid = future.result()
+    assert values == VALUES.tolist() and device == (CUDA, 0) and how == "ipc"
+    assert pid != os.getpid()
+
+
+def ray_read(args):
+    """A Ray task: unpickling its argument installed the fake first (``CHILD``), then the
+    CUDA object after it arrived as a handle."""
+    return read_object(args[1])
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")    # Ray starts helpers; JAX warns
+def test_ray_worker_process_reads_the_same_memory(fake):
+    ray = pytest.importorskip("ray", reason="Ray is not installed")
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        ref = ray.remote(ray_read).remote([fake_cuda.CHILD, dl])
+        while not ray.wait([ref], timeout=0.01)[0]:
+            fake.run()                                  # this process's GPU runs meanwhile
+        values, device, how, pid = ray.get(ref)
+    finally:
+        ray.shutdown()
     assert values == VALUES.tolist() and device == (CUDA, 0) and how == "ipc"
     assert pid != os.getpid()
