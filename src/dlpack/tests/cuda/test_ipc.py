@@ -586,6 +586,31 @@ def test_gpu_same_process_and_copy_fallback(gpu_pool):
     assert gpu_pool.apply(gpu_read, (copy,)) == [4.0, 5.0, 6.0, 7.0]
 
 
+GPU_FORWARDED = []
+
+
+def gpu_forward(payload):
+    """In the real child: unpickle, write 5.0 through torch, pickle the received view onward
+    (the sender's handle, this child's event) and keep it for the onward receivers."""
+    import torch
+
+    dl = pickle.loads(payload)
+    torch.from_dlpack(dl).fill_(5.0)
+    GPU_FORWARDED.append(dl)
+    return pickle.dumps(dl)
+
+
+def test_gpu_forwarded_handle_returns_to_the_senders_memory(gpu_pool):
+    """A child forwards what it received: the sender gets its own memory back, the child's
+    write seen (the forwarder's event orders it)."""
+    torch = _real_torch()
+    x = torch.zeros(1 << 20, device="cuda")
+    onward = gpu_pool.apply(gpu_forward, (pickle.dumps(asdlpack(x)),))
+    back = pickle.loads(onward)
+    assert back.data_ptr == x.data_ptr() and todict(back)["pickled"] == "same process"
+    assert torch.from_dlpack(back)[-4:].tolist() == [5.0] * 4
+
+
 def read_object(dl):
     """A Dask task: its argument arrived pickled, as a handle."""
     values = np.from_dlpack(dl, device="cpu", copy=True).tolist()
