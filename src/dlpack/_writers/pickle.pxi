@@ -447,7 +447,16 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
                           "pickled is gone, and the CUDA memory it kept alive may be too; "
                           "keep the sender alive until its pickles are loaded (spec §11)")
         r = _share(sender, sender._legacy_readonly, False, False)
-        _own_base(r, _received("same process", sender))
+        ev = _ipc_events.get(event)
+        if ev is None:          # forwarded back by another process: after that one's event
+            try:
+                ev = _cu_ipc_open_event(r.desc.dl.device.device_id, event)
+            except CudaError as e:
+                raise Refusal(f"pickle: field 'event': {e}; the process that forwarded this "
+                              "handle must keep its object alive until the pickle is "
+                              "loaded (spec §11)") from e
+            _sync_by_event(r, ev.event)
+        _own_base(r, _received("same process", sender, ev))
         return r
     r = _new_object()
     try:

@@ -230,8 +230,13 @@ def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
     assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
     assert "cuIpcGetMemHandle" not in names(calls)
     assert names(calls).count("cuIpcOpenMemHandle") == 1
+    fake.calls.clear()
     back = pickle.loads(onward)
     assert todict(back)["pickled"] == "same process" and back.data_ptr == ptr
+    opened = [c for c in fake.calls if c[0] == "cuIpcOpenEventHandle"]    # the forwarder's
+    assert len(opened) == 1
+    assert np.from_dlpack(back, device="cpu", copy=True).tolist() == VALUES.tolist()
+    assert ("cuEventSynchronize", opened[0][1]) in [c[:2] for c in fake.calls]
     with fake_cuda.spawn_pool() as third:
         (values, device, how, _), calls = child(third, fake, read_host, onward)
     assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
