@@ -118,13 +118,16 @@ cdef _Refusals _refusals(object obj):
 
 
 cdef int _speaks_none(object obj) except -1:
-    """The walk's error for an object that speaks no protocol: a TypeError naming its type and,
-    for its kind, the way in §3 names."""
+    """The walk's error for an object that speaks no protocol: a TypeError naming its type, the
+    protocols the table asked in their order, and, for its kind, the way in §3 names."""
+    cdef list names = []
+    for name, _ in _STEP_NAMES:
+        if name not in names:
+            names.append(name)
     raise TypeError(
         f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
-        "array-exchange protocol (none of __dlpack__, __cuda_array_interface__, "
-        "__array_interface__, __array_struct__, the Arrow PyCapsule interface, the buffer "
-        "protocol, a DLPack capsule or a ctypes pointer to a DLPack struct)" + _way_in(obj))
+        f"array-exchange protocol (none of {', '.join(names[:-1])} or {names[-1]})"
+        + _way_in(obj))
 
 
 cdef str _way_in(object obj):

@@ -28,3 +28,14 @@ def test_the_spec_states_the_walks_order():
     steps = walk_steps()
     assert steps[0] == "DLPack capsule" and steps[-1] == "ctypes pointer"
     assert spec_steps() == steps
+
+
+def test_the_error_for_no_protocol_lists_the_table():
+    """The TypeError for an object that speaks none lists the table's protocols in its order
+    (from the table itself: a new row cannot be left out of the message)."""
+    from dlpack import asdlpack
+
+    with pytest.raises(TypeError) as e:
+        asdlpack({1: 2})
+    steps = list(dict.fromkeys(walk_steps()))
+    assert f"(none of {', '.join(steps[:-1])} or {steps[-1]})" in str(e.value)
