@@ -211,6 +211,40 @@ def test_in_process_verdicts_and_messages():
         assert [r for r, s in got.items() if s == "fail"] == [rule], (factory, got)
 
 
+class _Shouts(Exception):
+    def __str__(self):
+        return "no " * 1_000_000
+
+
+class _Mute(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+class _Raises:
+    """A producer whose __dlpack__ raises what it was given."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __dlpack__(self, **kwargs):
+        raise self.error
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_evidence_is_bounded_and_survives_a_hostile_str():
+    """A producer's exception text is evidence on one line of at most EVIDENCE_LIMIT
+    characters (a megabyte message would flood the report), and one whose str() raises fails
+    its rule, not the checker."""
+    shouted = check(lambda: _Raises(_Shouts()))
+    assert all(len(r.evidence) <= _grading.EVIDENCE_LIMIT + 40 for r in shouted), shouted
+    assert any("more characters)" in r.evidence for r in shouted)
+    mute = check(lambda: _Raises(_Mute()))
+    assert mute[0].status == "fail" and "RuntimeError" in mute[0].evidence, mute
+
+
 @pytest.mark.parametrize("columns", [80, 200])
 def test_text_fits_the_terminal(columns):
     run = run_check(BROKEN + "BrokenExchange", BROKEN + "Producer",

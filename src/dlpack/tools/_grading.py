@@ -50,6 +50,26 @@ class Result:
     evidence: str
 
 
+EVIDENCE_LIMIT = 500    # characters of one verdict's evidence: a producer's text is not ours
+
+
+def _evidence(text: str) -> str:
+    """Evidence on one line, at most EVIDENCE_LIMIT characters and a count of what was cut (a
+    producer's exception message or repr may be megabytes)."""
+    text = " ".join(text[:4 * EVIDENCE_LIMIT].split()) + text[4 * EVIDENCE_LIMIT:]
+    if len(text) <= EVIDENCE_LIMIT:
+        return text
+    return f"{text[:EVIDENCE_LIMIT]}… ({len(text) - EVIDENCE_LIMIT} more characters)"
+
+
+def _said(e: BaseException) -> str:
+    """str(e), or what stands for it where the producer's __str__ raises."""
+    try:
+        return str(e)
+    except Exception as inner:
+        return f"<{type(e).__name__} whose str() raised {type(inner).__name__}>"
+
+
 class Fail(Exception):
     """A rule failed; the message is the evidence."""
 
@@ -169,14 +189,14 @@ class Suite:
         try:
             status, evidence = "pass", r.grade(registry.view_of(s))
         except Fail as e:
-            status, evidence = "fail", str(e)
+            status, evidence = "fail", _said(e)
         except NA as e:
-            status, evidence = "n/a", str(e)
+            status, evidence = "n/a", _said(e)
         except Exception as e:
-            status, evidence = "fail", f"raised {type(e).__name__}: {e}"
+            status, evidence = "fail", f"raised {type(e).__name__}: {_said(e)}"
         finally:
             s._alive.clear()
-        return Result(name, status, " ".join(evidence.split()))
+        return Result(name, status, _evidence(evidence))
 
 
 # -- loading the callable under test -------------------------------------------------------------
@@ -235,8 +255,8 @@ def worker(spec: str, start: int, state: dict, suite: Suite) -> NoReturn:
         try:
             s = suite.subject(load(spec))
         except Exception as e:
-            send(result=asdict(Result(suite.load_rule, "fail", " ".join(
-                f"{type(e).__name__}: {e}".split()))))
+            send(result=asdict(Result(suite.load_rule, "fail",
+                                      _evidence(f"{type(e).__name__}: {_said(e)}"))))
             os._exit(0)
         s.restore(state)
         for name in suite.rules[start:]:
