@@ -305,11 +305,11 @@ def test_covering_span_copies_match_numpy(fake, copy_costs):
 
 def test_a_row_straddling_a_window_starts_the_next_one(fake, copy_costs):
     """Rows of 12 bytes 20 apart (groups of four, 84 apart: no 3-D copy describes them) in
-    windows of 100 bytes: a row that begins inside a window and ends past it is copied from
+    windows of 110 bytes: a row that begins inside a window and ends past it is copied from
     the next window, which starts at that row (before the row's end was read from beyond the
     window); windows in memory order, never past the view's last byte."""
     np = pytest.importorskip("numpy")
-    copy_costs(call_bytes=1 << 62, chunk=100)
+    copy_costs(call_bytes=1 << 62, chunk=110)
     base = np.arange(500, dtype=np.float32)
     view = np.lib.stride_tricks.as_strided(base, shape=(20, 4, 3), strides=(84, 20, 4))
     ptr = fake.device_array(base.tobytes(), device=1)
