@@ -323,6 +323,23 @@ def test_a_row_straddling_a_window_starts_the_next_one(fake, copy_costs):
     assert max(c[1] + c[2] for c in copies) - ptr == _span(view)
 
 
+def test_the_span_is_not_taken_where_straddling_rows_make_as_many_windows_as_calls(
+        fake, copy_costs):
+    """Pairs of rows of 60 bytes 64 apart, pairs 132 apart (one cuMemcpy2D per pair), windows
+    of 150 bytes: the second pair's first row straddles each window, so the span would take
+    one window per pair, as many calls as the driver's copies and more bytes. The count of
+    windows bounds straddling rows (before: span / window, which took the span here)."""
+    np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=1 << 62, chunk=150)
+    base = np.arange(1000, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base, shape=(20, 2, 15), strides=(132, 64, 4))
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c[0] for c in fake.calls if c[0].startswith("cuMemcpy")] == ["cuMemcpy2D"] * 20
+
+
 def test_a_view_of_odd_rows_is_one_copy_of_its_span(fake):
     """Every other element of rows 1001 floats long: the rows of one slice are not a whole
     number of rows apart, so the driver's copies take one call per row (1 000 here, 10⁶ for
