@@ -13,6 +13,7 @@ from dlpack.tests import arrow_producers as ap
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
 from dlpack.tests.helpers import CAI, capsule, cuda_floats
+from dlpack.tools.check_arrow import struct_of
 
 
 def floats(*values):
@@ -100,6 +101,10 @@ def test_a_cai_without_a_stream_is_ordered_after_the_legacy_stream(fake, cai):
     seen = fake.consume(side, ptr, 24, device=1)
     fake.synchronize(side, device=1)
     assert seen.value == floats(*range(10, 16))
+    fake.calls.clear()
+    _, array = dl.__arrow_c_device_array__()            # Arrow: a sync_event, not NULL
+    assert struct_of(array, b"arrow_device_array").sync_event
+    assert [c[2] for c in fake.calls if c[0] == "cuEventRecord"] == [1]
 
 
 def test_a_cai_stream_none_still_means_no_synchronisation(fake):
