@@ -753,3 +753,23 @@ def test_a_copy_to_the_gpu_for_a_side_stream_is_stream_ordered():
         del t, capsule
     side.synchronize()
     assert total.item() == float(a.sum())
+
+
+def test_a_private_copy_for_a_side_stream_is_stream_ordered():
+    """copy=True of torch data for a side stream: allocated, filled and freed on that stream
+    after torch's work there (cuMemAllocAsync, cuMemcpyDtoDAsync, cuMemFreeAsync; spec §10),
+    with no host wait while that work is held."""
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        t.fill_(9.0)                                 # runs once the gate opens
+        capsule = asdlpack(t).__dlpack__(stream=side.cuda_stream, copy=True)
+        c = torch.from_dlpack(capsule)
+        total = c.sum()
+    assert gate.flag.value == 0 and c.data_ptr() != t.data_ptr()    # the host never waited
+    gate.open()
+    side.synchronize()
+    assert total.item() == 9.0 * t.numel()
+    del c, capsule
