@@ -38,6 +38,8 @@ def _copy_rows(torch):
     column = _CAIOnly(big[:, 3])                    # 16 KiB of a 16 MiB tensor
     odd = torch.arange(1024 * 1001, device="cuda", dtype=torch.float32).reshape(1024, 1001)
     every_other = _CAIOnly(odd[:, ::2])             # rows 1001 floats apart: its covering span
+    cube = torch.arange(64 * 128 * 100, device="cuda", dtype=torch.float32).reshape(64, 128, 100)
+    slab = _CAIOnly(cube[:, ::2, :50])              # slices a whole number of rows apart: 3-D
     host = np.arange(1 << 18, dtype=np.float32)
     readonly = asdlpack(_CAIOnly(t, readonly=True))
 
@@ -51,6 +53,8 @@ def _copy_rows(torch):
          "big[:, 3].cpu().numpy()", lambda: big[:, 3].cpu().numpy(), 2.0),
         ("np.from_dlpack(odd[:, ::2]_cai, device=cpu)", to_host(every_other),
          "odd[:, ::2].cpu().numpy()", lambda: odd[:, ::2].cpu().numpy(), 2.0),
+        ("np.from_dlpack(cube[:, ::2, :50]_cai, device=cpu)", to_host(slab),
+         "cube[:, ::2, :50].cpu().numpy()", lambda: cube[:, ::2, :50].cpu().numpy(), 2.0),
         ("asdlpack(a).__dlpack__(dl_device=cuda)",
          lambda: torch.utils.dlpack.from_dlpack(asdlpack(host).__dlpack__(
              dl_device=(2, 0), max_version=(1, 0))),

@@ -734,9 +734,13 @@ cdef bint _cu_copy_span(char *dst, uintptr_t src, size_t width, int n, const int
     for i in range(_cu_copy_shape(width, n, extent, pitch, max_pitch, copy_shape)):
         calls *= extent[i]
     window = span if span < _CU_SPAN_CHUNK else max(_CU_SPAN_CHUNK, <int64_t>width)
-    windows = span // window + 1        # at most, where rows straddle windows
+    # A window starts at a row and the next at the first row it cuts (straddling rows), more
+    # than window - width bytes on: at most this many windows, each re-reading under a row
+    # (fewer windows than calls, so those bytes are under calls * width <= span: no overflow).
+    windows = (span - <int64_t>width) // (window - <int64_t>width + 1) + 1
     if (calls <= windows or _CU_CALL_BYTES == 0
-            or (span - rows * <int64_t>width) // _CU_CALL_BYTES >= calls - windows):
+            or (span - rows * <int64_t>width + (windows - 1) * (<int64_t>width - 1))
+            // _CU_CALL_BYTES >= calls - windows):
         return False
     buf = <char *>_alloc_copy(window)
     if buf == NULL:

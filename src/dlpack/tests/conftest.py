@@ -26,6 +26,7 @@ def _fake_driver(stream_ordered):
     fake_cuda.uninstall()
     assert driver.touched() == [], "a host read path read device memory"
     assert driver.gil_held == [], f"blocking driver calls made with the GIL held: {driver.gil_held}"
+    assert driver.undefined == [], f"calls libcuda leaves undefined: {driver.undefined}"
 
 
 @pytest.fixture

@@ -59,11 +59,14 @@ libcuda's, has no effect. The rules:
   ``CHILD`` first among a Process's arguments (unpickling it installs the fake before the CUDA
   objects after it unpickle).
 
-Where it differs from libcuda (never rely on these): cuStreamGetCtx of an unknown handle is a
-clean CUDA_ERROR_INVALID_HANDLE (the driver's behaviour is undefined: pydlpack never passes an
-unknown handle); the host may read managed memory at any time (without
-CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS a real GPU faults while any kernel runs); stream
-capture is modelled only as far as pydlpack meets it (below).
+Where it differs from libcuda, and how the difference is kept from hiding a defect:
+cuStreamGetCtx of an unknown handle (undefined in the driver) is answered with
+CUDA_ERROR_INVALID_HANDLE and listed in ``undefined``, which the tests' fixture requires empty:
+no test may drive pydlpack to pass one. A real GPU without
+CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS faults when the host touches managed memory while
+any work runs on its device; here (``concurrent_managed = 0``) the host sees POISON there until
+the device is idle (kernels see its bytes), so a read that did not synchronise the context gets
+wrong values. Stream capture is modelled only as far as pydlpack meets it (below).
 
 Stream capture (``torch.cuda.graph``; ``begin_capture``/``end_capture`` as the capturing library,
 or cuStreamBeginCapture/cuStreamEndCapture): work queued on a capturing stream joins the graph
@@ -446,6 +449,7 @@ class Allocation:
         self.data, self.keep, self.allocated = data, keep, allocated
         self.shared = None                 # exported with cuIpcGetMemHandle: its memfd
         self.opened = None                 # kind "ipc": (exporter's key, times opened)
+        self.aside = None                  # managed, fenced from the host: its bytes meanwhile
         Allocation.ids += 1
         self.buffer_id = Allocation.ids
 
@@ -469,6 +473,7 @@ class FakeDriver:
         self.fail = {}
         self.attributes = {}
         self.gil_held = []                 # blocking calls made with the caller holding the GIL
+        self.undefined = []                # calls whose effect libcuda leaves undefined
         self.max_pitch = 2**31 - 1
         self.concurrent_managed = 1        # CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         self.waiting = threading.Event()   # set when a call starts waiting for a held stream
@@ -557,6 +562,8 @@ class FakeDriver:
                 except Exception as e:             # a bug in the fake or in the caller
                     self.calls.append((short, "raised", repr(e)))
                     return 999
+                finally:
+                    self._fence_managed()
                 self.calls.append((short, *logged))
                 return 0
         return entry
@@ -580,16 +587,37 @@ class FakeDriver:
 
     def _get(self, ptr, nbytes):
         a, off = self._region(ptr, nbytes, "source")
-        if a.data is not None:
-            return bytes(a.data[off:off + nbytes])
+        held = a.data if a.data is not None else a.aside
+        if held is not None:
+            return bytes(held[off:off + nbytes])
         return ctypes.string_at(ptr, nbytes)
 
     def _put(self, ptr, data):
         a, off = self._region(ptr, len(data), "destination")
-        if a.data is not None:
-            a.data[off:off + len(data)] = data
+        held = a.data if a.data is not None else a.aside
+        if held is not None:
+            held[off:off + len(data)] = data
         else:
             ctypes.memmove(ptr, data, len(data))
+
+    def _fence_managed(self):
+        """Without CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS the host may not touch managed
+        memory while work is queued on its device (libcuda: SIGSEGV): its bytes are kept aside
+        and the host sees POISON until the device is idle (after every call and helper)."""
+        busy = {}
+        for a in self.allocations.values():
+            if a.kind != "managed":
+                continue
+            device = a.ctx.device
+            if device not in busy:
+                busy[device] = not self.concurrent_managed and any(
+                    True for _ in self._all_ops(device))
+            if busy[device] and a.aside is None:
+                a.aside = bytearray(ctypes.string_at(a.base, a.size))
+                ctypes.memset(a.base, POISON, a.size)
+            elif not busy[device] and a.aside is not None:
+                ctypes.memmove(a.base, bytes(a.aside), a.size)
+                a.aside = None
 
     def _host(self, ptr, nbytes, what):
         """A host buffer argument: never an address of the device space."""
@@ -884,6 +912,8 @@ class FakeDriver:
         return ()
 
     def _cuStreamGetCtx(self, stream, out):
+        if stream not in (None, 0, 1, 2) and stream not in self.streams:
+            self.undefined.append(("cuStreamGetCtx", stream))
         out[0] = self._resolve(stream, same_context=False).ctx.handle
         return (stream,)
 
@@ -1359,6 +1389,7 @@ class FakeDriver:
             data = bytes(data)
             self._enqueue(self._stream(stream, device), lambda: self._put(ptr, data),
                           f"kernel {ptr:#x}")
+            self._fence_managed()
 
     def record(self, stream, device=0):
         """An event recorded on stream now, in the stream's context (a producer's, such as an
@@ -1370,6 +1401,7 @@ class FakeDriver:
                 handle += 1
             e = self.events[handle] = Event(handle, s.ctx)
             e.op = self._enqueue(s, None, f"record {handle:#x}")
+            self._fence_managed()
         return handle
 
     def wait_event(self, stream, event, device=0):
@@ -1377,6 +1409,7 @@ class FakeDriver:
         with self._cond:
             self._enqueue(self._stream(stream, device), None, f"wait {event:#x}",
                           deps=[self.events[event].op])
+            self._fence_managed()
 
     def consume(self, stream, ptr, nbytes, device=0):
         """Queue a read of nbytes at ptr on stream (a consumer's kernel); its Result fills in
@@ -1395,13 +1428,16 @@ class FakeDriver:
                 result.error = CUDA_ERROR_ILLEGAL_ADDRESS   # not mapped in the kernel's context
                 return result
             self._enqueue(s, read, f"read {ptr:#x}")
+            self._fence_managed()
         return result
 
     def synchronize(self, stream, device=0):
         """The host waits for a stream's queued work (and what it waits for), nothing else."""
         with self._cond:
             s = self._stream(stream, device)
-            if s.ops and not self._advance(s.ops[-1]):
+            ran = not s.ops or self._advance(s.ops[-1])
+            self._fence_managed()
+            if not ran:
                 raise AssertionError(f"stream {stream:#x} waits for a held stream")
 
     def drain(self, stream, device=0):
@@ -1411,6 +1447,7 @@ class FakeDriver:
             s = self._stream(stream, device)
             if s.ops:
                 self._complete(s.ops[-1], "drain")
+            self._fence_managed()
 
     def run(self):
         """Run the GPU: every queued operation that no held stream stops."""
@@ -1421,6 +1458,7 @@ class FakeDriver:
                 for op in list(self._all_ops()):
                     if not op.done and self._advance(op):
                         progress = True
+            self._fence_managed()
 
     def read(self, ptr, nbytes):
         """What memory the driver knows holds now (device memory read without a host read)."""
@@ -1451,6 +1489,7 @@ class FakeDriver:
                 del self.streams[h]
             for h in [h for h, e in self.events.items() if e.ctx is c]:
                 del self.events[h]
+            self._fence_managed()
 
     def allocated(self):
         """Bases of the device memory made by cuMemAlloc and not freed."""
@@ -1544,6 +1583,10 @@ def in_child(target, *args):
 
 def uninstall():
     _core._cuda_driver(None)
+    if _installed is not None:                  # managed memory the host owns is its own again
+        _installed.concurrent_managed = 1
+        with _installed._cond:
+            _installed._fence_managed()
 
 
 # Expected call sequences.

@@ -7,11 +7,13 @@ import ctypes
 
 import pytest
 
+import dlpack.ctypes as dlc
 from dlpack import _core, asdlpack, todict
 from dlpack.tests import arrow_producers as ap
 from dlpack.tests import fake_cuda
 from dlpack.tests.fake_cuda import CUDA_ERROR_ILLEGAL_ADDRESS, EVENT
-from dlpack.tests.helpers import CAI, cuda_floats
+from dlpack.tests.helpers import CAI, capsule, cuda_floats
+from dlpack.tools.check_arrow import struct_of
 
 
 def floats(*values):
@@ -99,6 +101,10 @@ def test_a_cai_without_a_stream_is_ordered_after_the_legacy_stream(fake, cai):
     seen = fake.consume(side, ptr, 24, device=1)
     fake.synchronize(side, device=1)
     assert seen.value == floats(*range(10, 16))
+    fake.calls.clear()
+    _, array = dl.__arrow_c_device_array__()            # Arrow: a sync_event, not NULL
+    assert struct_of(array, b"arrow_device_array").sync_event
+    assert [c[2] for c in fake.calls if c[0] == "cuEventRecord"] == [1]
 
 
 def test_a_cai_stream_none_still_means_no_synchronisation(fake):
@@ -114,6 +120,53 @@ def test_data_on_the_legacy_stream_is_reported_as_stream_1(fake):
     default stream must name it, or a CuPy non-blocking stream would not wait."""
     dl = asdlpack(CAI(cuda_floats(fake, stream=1), stream=1))
     assert dl.__cuda_array_interface__["stream"] == 1
+
+
+def _default_stream_tensor_type():
+    """A type speaking only a C exchange API, as torch.Tensor does, for six float32 on GPU 1;
+    its current_work_stream names the default stream NULL, as torch's does."""
+    api = dlc.DLPackExchangeAPI()
+    api.header.version = dlc.DLPackVersion(1, 3)
+    tensors = []
+
+    def from_py(obj, out):
+        shape = (ctypes.c_int64 * 1)(6)
+        m = dlc.DLManagedTensorVersioned()
+        m.version.major = 1
+        m.dl_tensor.data = obj.ptr
+        m.dl_tensor.device = dlc.DLDevice(2, 1)
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype = dlc.DLDataType(2, 32, 1)
+        m.dl_tensor.shape = shape
+        tensors.append((m, shape))
+        out[0] = ctypes.pointer(m)
+        return 0
+
+    def default_stream(device_type, device_id, out):
+        out[0] = None
+        return 0
+
+    api.managed_tensor_from_py_object_no_sync = type(
+        api.managed_tensor_from_py_object_no_sync)(from_py)
+    api.current_work_stream = type(api.current_work_stream)(default_stream)
+    return type("DefaultStreamTensor", (), {
+        "__dlpack_c_exchange_api__": capsule(ctypes.addressof(api), b"dlpack_exchange_api"),
+        "_keep": (api, tensors), "__init__": lambda self, ptr: setattr(self, "ptr", ptr)})
+
+
+def test_an_exchange_apis_default_stream_is_reported_as_stream_1(fake):
+    """torch's current_work_stream names its default stream NULL: the CAI says 1 (before: None,
+    "no synchronisation", so a CuPy non-blocking stream read before torch's kernel ran)."""
+    ptr = cuda_floats(fake, stream=None)
+    dl = asdlpack(_default_stream_tensor_type()(ptr))
+    assert dl.device == (2, 1)
+    assert dl.__cuda_array_interface__["stream"] == 1
+    side = fake.stream(device=1, nonblocking=True)
+    fake.kernel(1, ptr, floats(*range(10, 16)), device=1)     # torch's work, still queued
+    dl.__dlpack__(stream=side, max_version=(1, 0))
+    seen = fake.consume(side, ptr, 24, device=1)
+    fake.synchronize(side, device=1)
+    assert seen.value == floats(*range(10, 16))
 
 
 # -- copies the driver refuses -----------------------------------------------------------------
@@ -253,6 +306,43 @@ def test_covering_span_copies_match_numpy(fake, copy_costs):
                 assert max(c[1] + c[2] for c in copies) - low == _span(view)
                 assert all(c[2] <= max(chunk, _row_bytes(view)) for c in copies)
         assert windowed >= 2, chunk
+
+
+def test_a_row_straddling_a_window_starts_the_next_one(fake, copy_costs):
+    """Rows of 12 bytes 20 apart (groups of four, 84 apart: no 3-D copy describes them) in
+    windows of 110 bytes: a row that begins inside a window and ends past it is copied from
+    the next window, which starts at that row (before the row's end was read from beyond the
+    window); windows in memory order, never past the view's last byte."""
+    np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=1 << 62, chunk=110)
+    base = np.arange(500, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base, shape=(20, 4, 3), strides=(84, 20, 4))
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    starts = [c[1] - ptr for c in copies]
+    assert {c[0] for c in copies} == {"cuMemcpyDtoH"} and starts == sorted(starts)
+    assert starts[:2] == [0, 104]           # the row at 104 straddled the first window
+    assert max(c[1] + c[2] for c in copies) - ptr == _span(view)
+
+
+def test_the_span_is_not_taken_where_straddling_rows_make_as_many_windows_as_calls(
+        fake, copy_costs):
+    """Pairs of rows of 60 bytes 64 apart, pairs 132 apart (one cuMemcpy2D per pair), windows
+    of 150 bytes: the second pair's first row straddles each window, so the span would take
+    one window per pair, as many calls as the driver's copies and more bytes. The count of
+    windows bounds straddling rows (before: span / window, which took the span here)."""
+    np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=1 << 62, chunk=150)
+    base = np.arange(1000, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base, shape=(20, 2, 15), strides=(132, 64, 4))
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    assert [c[0] for c in fake.calls if c[0].startswith("cuMemcpy")] == ["cuMemcpy2D"] * 20
 
 
 def test_a_view_of_odd_rows_is_one_copy_of_its_span(fake):

@@ -535,8 +535,30 @@ def test_fake_rule_events_and_streams_belong_to_contexts(fake):
     assert record(event, stream_b) == CUDA_ERROR_INVALID_HANDLE      # a stream of context b
     assert record(event, 1) == 0                                      # a's legacy stream
     assert get_ctx(stream_b, ctypes.byref(found)) == 0 and found.value == b
+    # undefined in libcuda: answered, and listed for the fixture to fail the test on
     assert get_ctx(0xBAD, ctypes.byref(found)) == CUDA_ERROR_INVALID_HANDLE
+    assert fake.undefined == [("cuStreamGetCtx", 0xBAD)]
+    fake.undefined.clear()
     fake.current.clear()
+
+
+def test_fake_rule_managed_memory_is_fenced_while_work_runs_without_concurrent_access(fake):
+    """Without CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS the host sees managed memory as
+    POISON while any work is queued on its device (libcuda: SIGSEGV), kernels see its bytes;
+    with it, the host reads it at any time."""
+    memory = (ctypes.c_ubyte * 4)(*b"old!")
+    ptr = fake.managed(memory, device=1)
+    side = fake.stream(device=1)
+    fake.kernel(side, ptr, b"new!", device=1)
+    assert bytes(memory) == b"old!"                 # concurrent access: the host may look
+    fake.run()
+    fake.concurrent_managed = 0
+    fake.kernel(side, fake.device_array(bytes(4), device=1), b"busy", device=1)
+    assert bytes(memory) == bytes([POISON]) * 4     # another kernel runs: fenced
+    fake.kernel(side, ptr, b"kern", device=1)
+    seen = fake.consume(side, ptr, 4, device=1)
+    fake.run()
+    assert bytes(memory) == b"kern" and seen.value == b"kern"
 
 
 def test_fake_rule_streams_are_queues(fake):

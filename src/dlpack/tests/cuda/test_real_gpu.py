@@ -323,6 +323,46 @@ def test_managed_data_is_read_after_its_producer():
         free(ptr.value)
 
 
+def test_managed_data_is_read_as_the_device_allows_while_another_stream_runs():
+    """Without CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS (WSL2, Windows, older GPUs) the
+    CPU may not touch managed memory while any kernel runs: the host read synchronises the
+    context first, waiting for an unrelated stream held shut; with it (spec §10), the read
+    does not wait for that stream."""
+    np = pytest.importorskip("numpy")
+    attribute = _entry("cuDeviceGetAttribute")
+    attribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+    alloc = _entry("cuMemAllocManaged")
+    alloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint]
+    free = _entry("cuMemFree_v2")
+    free.argtypes = [ctypes.c_uint64]
+    torch.zeros(1, device="cuda")               # torch's context is current on this thread
+    concurrent = ctypes.c_int()
+    _check(attribute(ctypes.byref(concurrent), 89, torch.cuda.current_device()),
+           "cuDeviceGetAttribute(CONCURRENT_MANAGED_ACCESS)")
+    n = 1 << 12
+    ptr = ctypes.c_uint64()
+    _check(alloc(ctypes.byref(ptr), 4 * n, 1), "cuMemAllocManaged")     # CU_MEM_ATTACH_GLOBAL
+    try:
+        torch.cuda.synchronize()                # no kernel runs while the host writes
+        (ctypes.c_float * n).from_address(ptr.value)[:] = [2.0] * n
+        dl = asdlpack(_cai(ptr.value, n, None))      # no producer's work to wait for
+        gate = Gate()
+        busy = _side(gate)
+        with torch.cuda.stream(busy):
+            torch.ones(1 << 20, device="cuda").mul_(2.0)    # runs once the gate opens
+        if concurrent.value:
+            host = np.from_dlpack(dl)
+            assert gate.flag.value == 0             # read while the other stream still waits
+        else:
+            host = _reader_opens_the_gate(gate, functools.partial(np.from_dlpack, dl))
+        assert float(host.sum()) == 2.0 * n
+        gate.open()
+        del host, dl
+    finally:
+        torch.cuda.synchronize()
+        free(ptr.value)
+
+
 # -- threads, contexts, GIL ---------------------------------------------------------------------
 
 def test_threads_without_a_context():
@@ -367,6 +407,81 @@ def test_memory_of_another_context_is_refused():
             asdlpack(_cai(ptr.value, 64, None))
     finally:
         destroy(context)                             # frees ptr with it
+
+
+def _run_or_skip(code, timeout=120):
+    """_run_clean, where exit status 3 means the scene could not be set up: a skip, with what
+    the child printed."""
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=timeout)
+    if run.returncode == 3:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_copy_outliving_a_primary_context_reset_never_frees_another_librarys_memory():
+    """Numba's cuda.close() resets the primary context (freeing pydlpack's device copy); another
+    library re-activates it and its cuMemAlloc gets the same address. pydlpack's deleter must
+    leave that allocation alone (its buffer ID differs; spec §10). A fresh process without
+    torch: the reset would break torch's context."""
+    _run_or_skip("""
+        import ctypes, sys
+        from dlpack import asdlpack, todict
+        cu = ctypes.CDLL("libcuda.so.1")
+        u64, ref = ctypes.c_uint64, ctypes.byref
+        capsule = asdlpack(bytes(range(256))).__dlpack__(dl_device=(2, 0), max_version=(1, 0))
+        ptr = todict(capsule)["data"]
+        dev, ctx, theirs = ctypes.c_int(), ctypes.c_void_p(), u64()
+        assert cu.cuDeviceGet(ref(dev), 0) == 0
+        reset = getattr(cu, "cuDevicePrimaryCtxReset_v2", None) or cu.cuDevicePrimaryCtxReset
+        assert reset(dev) == 0                          # Numba's cuda.close()
+        assert cu.cuDevicePrimaryCtxRetain(ref(ctx), dev) == 0
+        assert cu.cuCtxPushCurrent_v2(ctx) == 0
+        assert cu.cuMemAlloc_v2(ref(theirs), u64(256)) == 0
+        if theirs.value != ptr:
+            print("the allocator did not hand the freed address out again")
+            sys.exit(3)
+        del capsule                                     # pydlpack's deleter runs
+        assert cu.cuMemsetD8_v2(theirs, ctypes.c_ubyte(7), ctypes.c_size_t(256)) == 0
+        assert cu.cuCtxSynchronize() == 0
+        assert cu.cuMemFree_v2(theirs) == 0             # still theirs: not freed by pydlpack
+    """)
+
+
+def test_a_thread_without_a_context_borrows_the_active_one_and_makes_none_on_gpu_0():
+    """torch runs on the last GPU only: a worker thread's import of its memory borrows that
+    primary context, and GPU 0 gets none (hundreds of MiB; refused where GPU 0 is
+    EXCLUSIVE_PROCESS; spec §10). A fresh process, in which GPU 0 has no context yet."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU only")
+    _run_or_skip("""
+        import ctypes, sys, threading
+        import torch
+        from dlpack import asdlpack
+        cu = ctypes.CDLL("libcuda.so.1")
+        last = torch.cuda.device_count() - 1
+        torch.cuda.set_device(last)
+        t = torch.arange(8, device=f"cuda:{last}", dtype=torch.float32)
+        dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+        assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+
+        def gpu_0_active():
+            assert cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags),
+                                                 ctypes.byref(active)) == 0
+            return active.value
+
+        if gpu_0_active():
+            print("torch made a context on GPU 0 too")
+            sys.exit(3)
+        cai = dict(t.__cuda_array_interface__, version=3, stream=None)
+        view = type("CAIOnly", (), {"__cuda_array_interface__": cai})()
+        out = []
+        worker = threading.Thread(target=lambda: out.append(asdlpack(view).device))
+        worker.start()
+        worker.join(60)
+        assert out == [(2, last)], out
+        assert not gpu_0_active()
+    """)
 
 
 def test_numba_default_stream_zero_is_the_legacy_stream():
@@ -414,6 +529,16 @@ def test_a_host_copy_of_a_view_through_its_covering_span(rows):
     view = t[:, 1::2]
     got = np.from_dlpack(asdlpack(view), device="cpu", copy=True)
     assert np.array_equal(got, view.cpu().numpy())
+
+
+def test_a_host_copy_of_a_3d_view_in_one_call_per_outer_index():
+    """Slices a whole number of rows apart (t[:, ::2, :50] of a C tensor): cuMemcpy3D (spec
+    §10), the same values as torch's own copy."""
+    np = pytest.importorskip("numpy")
+    t = torch.arange(64 * 128 * 100, device="cuda", dtype=torch.float32).reshape(64, 128, 100)
+    for view in (t[:, ::2, :50], t[1::2, 1::3, 7:93:2], t.reshape(8, 8, 128, 100)[:, ::3, ::2]):
+        got = np.from_dlpack(asdlpack(view), device="cpu", copy=True)
+        assert np.array_equal(got, view.cpu().numpy())
 
 
 def np_arange(n):
@@ -495,6 +620,30 @@ def test_read_only_cuda_data_for_a_legacy_consumer_is_a_device_copy():
     assert t.sum().item() == sum(range(32))
 
 
+def test_a_device_copy_for_stream_minus_1_waits_for_the_arrow_sync_event():
+    """Read-only Arrow data for a legacy consumer passing stream -1 is a private copy on the
+    GPU, queued on the legacy stream: it waits for the producer's sync_event first (spec §10;
+    before, it copied what the held side stream had not written yet)."""
+    from dlpack.tests import arrow_producers as ap
+
+    n = 1 << 16
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    event = torch.cuda.Event()
+    with torch.cuda.stream(side):
+        t.fill_(6.0)                                 # runs once the gate opens
+        event.record(side)
+    col = ap.primitive("f", [0.0] * n, b"f")
+    col.buffers[1] = ap.Address(t.data_ptr())
+    dl = asdlpack(ap.DeviceProducer(col, 2, t.device.index or 0, event.cuda_event))
+    capsule = _reader_opens_the_gate(gate, lambda: dl.__dlpack__(stream=-1))
+    assert todict(capsule)["data"] != t.data_ptr()  # the private copy
+    copy = torch.utils.dlpack.from_dlpack(capsule)
+    assert copy.sum().item() == 6.0 * n
+
+
 # -- JAX on GPU ---------------------------------------------------------------------------------
 
 def _jax_gpu():
@@ -529,6 +678,28 @@ def test_jax_gpu_round_trips():
     k = jax.dlpack.from_dlpack(asdlpack(t))
     assert float(k.sum()) == float(t.sum()) and k.unsafe_buffer_pointer() == t.data_ptr()
     assert torch.from_dlpack(asdlpack(k)).data_ptr() == t.data_ptr()
+
+
+def test_jax_is_asked_for_the_legacy_stream_at_import():
+    """asdlpack asks __dlpack_device__ first and passes stream=1 for CUDA data, so JAX orders
+    its work before the legacy stream instead of blocking the host (spec §10); the view is
+    JAX's memory."""
+    jax = _jax_gpu()
+    j = jax.numpy.arange(16, dtype=jax.numpy.float32) * 3
+    asked = []
+
+    class Recorder:
+        def __dlpack__(self, **kwargs):
+            asked.append(kwargs.get("stream"))
+            return j.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return j.__dlpack_device__()
+
+    dl = asdlpack(Recorder())
+    assert asked[0] == 1 and dl.device[0] == CUDA
+    assert dl.data_ptr == j.unsafe_buffer_pointer()
+    assert torch.from_dlpack(dl).cpu().tolist() == [3.0 * i for i in range(16)]
 
 
 def test_pinned_memory_to_consumers_that_refuse_cuda_host():
@@ -582,3 +753,23 @@ def test_a_copy_to_the_gpu_for_a_side_stream_is_stream_ordered():
         del t, capsule
     side.synchronize()
     assert total.item() == float(a.sum())
+
+
+def test_a_private_copy_for_a_side_stream_is_stream_ordered():
+    """copy=True of torch data for a side stream: allocated, filled and freed on that stream
+    after torch's work there (cuMemAllocAsync, cuMemcpyDtoDAsync, cuMemFreeAsync; spec §10),
+    with no host wait while that work is held."""
+    gate = Gate()
+    side = _side(gate)
+    t = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        t.fill_(9.0)                                 # runs once the gate opens
+        capsule = asdlpack(t).__dlpack__(stream=side.cuda_stream, copy=True)
+        c = torch.from_dlpack(capsule)
+        total = c.sum()
+    assert gate.flag.value == 0 and c.data_ptr() != t.data_ptr()    # the host never waited
+    gate.open()
+    side.synchronize()
+    assert total.item() == 9.0 * t.numel()
+    del c, capsule
