@@ -330,13 +330,36 @@ cdef object _reduce_ipc(DLPackObject self, bytes handle, uintptr_t base, bytes u
 cdef _Received _ipc_origin(DLPackObject self):
     """Where self's memory came from when it was opened here from another process's handle
     (self unpickled so, or asdlpack's views of such an object, which share its description);
-    None otherwise."""
+    None otherwise, and where self describes other than the received object (from_address
+    with it as owner: the handle's sender would load the pickle as its own object)."""
+    cdef DLPackObject received = self
     base = self._base
     while isinstance(base, DLPackObject):
-        base = (<DLPackObject>base)._base
-    if isinstance(base, _Received) and (<_Received>base).handle is not None:
+        received = <DLPackObject>base
+        base = received._base
+    if (isinstance(base, _Received) and (<_Received>base).handle is not None
+            and _describes_as(self, received)):
         return base
     return None
+
+
+cdef bint _describes_as(DLPackObject a, DLPackObject b) noexcept:
+    """a and b describe the same elements, as a pickle carries them (data, type, shape,
+    strides, flags)."""
+    cdef int i
+    if (a.desc.dl.data != b.desc.dl.data or a.desc.dl.ndim != b.desc.dl.ndim
+            or a.desc.dl.dtype.code != b.desc.dl.dtype.code
+            or a.desc.dl.dtype.bits != b.desc.dl.dtype.bits
+            or a.desc.dl.dtype.lanes != b.desc.dl.dtype.lanes
+            or a.desc.dl.device.device_type != b.desc.dl.device.device_type
+            or a.desc.dl.device.device_id != b.desc.dl.device.device_id
+            or (a.desc.flags ^ b.desc.flags) & _PICKLED_FLAGS):
+        return False
+    for i in range(a.desc.dl.ndim):
+        if (a.desc.dl.shape[i] != b.desc.dl.shape[i]
+                or a.desc.dl.strides[i] != b.desc.dl.strides[i]):
+            return False
+    return True
 
 
 cdef object _reduce_copy(DLPackObject self, int protocol):

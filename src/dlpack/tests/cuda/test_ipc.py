@@ -244,6 +244,36 @@ def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
     child(pool, fake, drop_forwarded)
 
 
+def forward_derived(payload):
+    """Unpickle, then pickle onward two objects over the received memory that describe other
+    than it does (from_address with the received object as owner): elements 2 and 3 only, and
+    all six read-only. Both are kept, as a forwarder's must be."""
+    from dlpack import from_address
+
+    dl = pickle.loads(payload)
+    part = from_address(dl.data_ptr + 8, (2,), "float32", owner=dl, device=(CUDA, 0))
+    frozen = from_address(dl.data_ptr, (6,), "float32", owner=dl, device=(CUDA, 0),
+                          readonly=True)
+    FORWARDED.extend((dl, part, frozen))
+    onward = pickle.dumps(part), pickle.dumps(frozen)
+    fake_cuda.installed().run()             # this child's GPU: events its pickles recorded
+    return onward
+
+
+def test_objects_derived_from_received_memory_are_not_forwarded_as_the_sender(fake, pool):
+    """Only what describes exactly the received object (it, asdlpack's views of it) forwards
+    the sender's handle (spec §11): the sender's process would load that handle as its own
+    object, whole and writable. Another description over the memory goes as a host copy."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (part, frozen), _ = child(pool, fake, forward_derived, pickle.dumps(dl))
+    part, frozen = pickle.loads(part), pickle.loads(frozen)
+    assert np.from_dlpack(part, device="cpu", copy=True).tolist() == [2.0, 3.0]
+    assert frozen.readonly and frozen.data_ptr != ptr
+    assert np.from_dlpack(frozen, device="cpu", copy=True).tolist() == VALUES.tolist()
+    child(pool, fake, drop_forwarded)
+
+
 def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
     ptr = device_floats(fake)
     dl = asdlpack(CAI(ptr, shape=(6,), stream=None, readonly=True))
