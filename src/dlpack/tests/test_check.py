@@ -298,6 +298,16 @@ def test_a_hostile_exception_fails_its_rule_not_the_checker(error):
     assert any(r.status == "fail" and "raised" in r.evidence for r in got.values()), got
 
 
+def test_crash_evidence_is_bounded_too():
+    """What a crashed child said last (its stderr, the producer's to write) is evidence as a
+    producer's exception message is: one printable line, at most EVIDENCE_LIMIT characters."""
+    results = list(check_isolated(BROKEN + "ShoutsOnCopy", PRODUCERS))
+    crashed = [r for r in results if "exit status 3" in r.evidence]
+    assert len(crashed) == 1, results
+    assert len(crashed[0].evidence) <= _grading.EVIDENCE_LIMIT + 40, len(crashed[0].evidence)
+    assert "\x1b" not in crashed[0].evidence and "more characters)" in crashed[0].evidence
+
+
 @pytest.mark.parametrize(("said", "shown"), [
     (" " * 1990 + "a\nb\n\x1b[2Jc", "a b \\x1b[2Jc"),   # whitespace past the first 2000
     ("x\x08\x00y \ud800", "x\\x08\\x00y \\ud800"),      # control characters, a surrogate

@@ -372,10 +372,10 @@ def check_isolated(spec: str, suite: Suite) -> Iterator[Result]:
                 return
             how = _crash(None if timed_out else rc, child.log())
         if start == 0 and running in (None, load_rule):
-            yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
-                         f"child process: {how}")
+            yield Result(load_rule, "fail", scribbled or _evidence(
+                f"{suite.loading} ended the checker's child process: {how}"))
             return
-        yield Result(rules[start], "fail", scribbled or (
+        yield Result(rules[start], "fail", scribbled or _evidence(
             f"{suite.crashed}: {how}" if not timed_out
             else f"the rule did not finish: {how}"))
         if start == 0:
