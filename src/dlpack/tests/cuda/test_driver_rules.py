@@ -445,10 +445,16 @@ def test_on_host_refuses_device_memory(fake):
 
 
 def _random_view(np, rng):
-    """A random view (up to 4-D, slices with negative steps, transposes, broadcast dimensions)
-    of a random array, and the base it views."""
+    """A random view (up to 4-D, slices with negative steps, transposes, broadcast dimensions,
+    or any strides: overlapping and interleaved) of a random array, and the base it views."""
     dtype = rng.choice([np.uint8, np.int16, np.float32, np.float64])
     ndim = int(rng.integers(1, 5))
+    if rng.random() < 0.2:                                  # strides of no slicing
+        base = rng.integers(0, 100, size=4096).astype(dtype)
+        shape = tuple(int(rng.integers(1, 7)) for _ in range(ndim))
+        strides = tuple(int(rng.integers(-40, 41)) * base.itemsize for _ in range(ndim))
+        low = sum((n - 1) * st for n, st in zip(shape, strides, strict=True) if st < 0)
+        return base, np.ndarray(shape, dtype, buffer=base, offset=-low, strides=strides)
     shape = tuple(int(rng.integers(1, 12 if ndim > 2 else 40)) for _ in range(ndim))
     base = rng.integers(0, 100, size=shape).astype(dtype)
     index = []
