@@ -244,6 +244,27 @@ def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
     child(pool, fake, drop_forwarded)
 
 
+def test_a_handle_forwarded_around_a_ring_comes_back_as_the_senders(fake, pool):
+    """A → B → C → A: each forwarder sends the first sender's handle with its own event; back
+    in A it is A's own object, ordered after C's event, and B loads C's pickle on the mapping
+    it has (spec §11)."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (_, _, _, _, via_b), _ = child(pool, fake, forward, pickle.dumps(dl))
+    with fake_cuda.spawn_pool() as third:
+        (first, again, shared, values, via_c), _ = child(third, fake, forward, via_b)
+        assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
+        fake.calls.clear()
+        back = pickle.loads(via_c)
+        assert todict(back)["pickled"] == "same process" and back.data_ptr == ptr
+        assert "cuIpcOpenEventHandle" in names(fake.calls)             # C's event
+        assert np.from_dlpack(back, device="cpu", copy=True).tolist() == VALUES.tolist()
+        (values, device, how, _), _ = child(pool, fake, read_host, via_c)
+        assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+        child(third, fake, drop_forwarded)
+    child(pool, fake, drop_forwarded)
+
+
 def forward_derived(payload):
     """Unpickle, then pickle onward two objects over the received memory that describe other
     than it does (from_address with the received object as owner): elements 2 and 3 only, and
