@@ -450,8 +450,9 @@ cdef inline uint64_t _received_flags(DLPackObject copy, DLPackObject host) noexc
 def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
                  token):
     """Unpickle CUDA device memory sent as a handle: in the sending process the sender's own
-    memory (found by token); elsewhere the allocation mapped once per process, the view
-    bounded by it, ordered after the event the sender recorded (spec §10)."""
+    memory (found by pid and token); elsewhere, a process of the sender's pid number in another
+    PID namespace included, the allocation mapped once per process, the view bounded by it,
+    ordered after the event the sender recorded (spec §10)."""
     cdef DLPackObject r, sender
     cdef _Received received
     cdef _IpcMemory mem
@@ -459,16 +460,14 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     cdef _Pickled p
     cdef int64_t at = _field(offset, "offset", 0, INT64_MAX)
     cdef int32_t ordinal
+    cdef bint own_pid
     _bytes_field(handle, "handle", CU_IPC_HANDLE_SIZE)
     _bytes_field(event, "event", CU_IPC_HANDLE_SIZE)
     _field(pid, "pid", 0, INT64_MAX)
     _field(token, "token", 0, INT64_MAX)
-    if pid == _os.getpid():
-        sender = _ipc_senders.get(token) if _ipc_senders is not None else None
-        if sender is None:
-            raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
-                          "pickled is gone, and the CUDA memory it kept alive may be too; "
-                          "keep the sender alive until its pickles are loaded (spec §11)")
+    own_pid = pid == _os.getpid()
+    sender = _ipc_senders.get(token) if own_pid and _ipc_senders is not None else None
+    if sender is not None:
         r = _share(sender, sender._legacy_readonly, False, False)
         ev = _ipc_events.get(event)
         if ev is None:          # forwarded back by another process: after that one's event
@@ -493,6 +492,11 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
             if ev is None:      # the driver opens only another process's event
                 ev = _cu_ipc_open_event(ordinal, event)
         except CudaError as e:
+            if own_pid and field == "handle":   # not another PID namespace's: this process's
+                raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
+                              "pickled is gone, and the CUDA memory it kept alive may be too; "
+                              "keep the sender alive until its pickles are loaded "
+                              "(spec §11)") from e
             raise Refusal(f"pickle: field '{field}': {e}; a CUDA IPC handle opens in another "
                           "process on the same machine (and IPC namespace) while the sending "
                           "object lives; send a host copy instead: asdlpack(x, "

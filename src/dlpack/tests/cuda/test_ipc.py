@@ -323,8 +323,32 @@ def test_a_pickle_from_another_pid_namespace_does_not_find_this_processs_object(
     theirs, _ = child(pool, fake, pickled_arguments)
     assert theirs[11] != token
     forged = [*theirs[:10], os.getpid(), theirs[11]]      # their pid number is ours
-    with pytest.raises(BufferError, match=r"field 'token'"):
-        _core._rebuild_ipc(*forged)
+    with pytest.raises(BufferError, match=r"field 'event'.*while the sending object lives"):
+        _core._rebuild_ipc(*forged)         # theirs, opened as another process's: it is gone
+
+
+def load_with_pid(payload, pid):
+    """read_host in a process whose pid number is pid (another PID namespace's)."""
+    import types
+
+    real = _core._os
+    _core._os = types.SimpleNamespace(getpid=lambda: pid, urandom=os.urandom)
+    try:
+        return read_host(payload)
+    finally:
+        _core._os = real
+
+
+def test_a_process_with_the_senders_pid_number_opens_its_handle(fake, pool):
+    """Containers sharing an IPC namespace (a Kubernetes pod's) each count pids from 1: a
+    receiver whose pid is the sender's number, without the sender's token, is another process
+    and opens the handle (spec §11); it was refused as if its own sender were gone."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (values, device, how, _), calls = child(pool, fake, load_with_pid, pickle.dumps(dl),
+                                            os.getpid())
+    assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+    assert "cuIpcOpenMemHandle" in names(calls)
 
 
 def send_with(dl, start, sent):
