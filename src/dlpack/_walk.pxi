@@ -125,17 +125,23 @@ cdef int _speaks_none(object obj) except -1:
         if name not in names:
             names.append(name)
     raise TypeError(
-        f"asdlpack: {type(obj).__module__}.{type(obj).__qualname__} object speaks no "
-        f"array-exchange protocol (none of {', '.join(names[:-1])} or {names[-1]})"
+        f"asdlpack: {_text(type(obj).__module__)}.{_text(type(obj).__qualname__)} object "
+        f"speaks no array-exchange protocol (none of {', '.join(names[:-1])} or {names[-1]})"
         + _way_in(obj))
+
+
+cdef str _text(object value):
+    """A class attribute as plain text for a message: a str subclass's methods, which a
+    hostile class may make raise, are not called; what is no str is shown as its type."""
+    return str.__str__(value) if isinstance(value, str) else f"<{type(value).__name__}>"
 
 
 cdef str _way_in(object obj):
     """For an object that speaks no protocol: the step that makes an array of its kind
     (spec §3), or "" when there is none to name."""
     cdef type t = type(obj)
-    top = (t.__module__ or "").partition(".")[0]
-    if top == "tensorflow" and "Variable" in t.__name__:
+    top = _text(t.__module__).partition(".")[0]
+    if top == "tensorflow" and "Variable" in _text(t.__name__):
         return "; a tf.Variable: pass tf.convert_to_tensor(v), or v.read_value()"
     if top == "pandas":
         return ("; a pandas object without Arrow memory: pass x.to_numpy(), or an "
@@ -148,7 +154,11 @@ cdef str _way_in(object obj):
     if isinstance(obj, (list, tuple, range)):
         return ("; a Python sequence holds objects, not an array: pass numpy.asarray(x), or "
                 "array.array('d', x) without NumPy (both copy)")
-    if getattr(obj, "__array__", None) is not None:
+    try:
+        converts = getattr(obj, "__array__", None) is not None
+    except Exception:                   # a lookup that raises names no step
+        converts = False
+    if converts:
         return "; it converts itself to NumPy (__array__): pass numpy.asarray(x)"
     return ""
 

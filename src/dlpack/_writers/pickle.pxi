@@ -330,13 +330,36 @@ cdef object _reduce_ipc(DLPackObject self, bytes handle, uintptr_t base, bytes u
 cdef _Received _ipc_origin(DLPackObject self):
     """Where self's memory came from when it was opened here from another process's handle
     (self unpickled so, or asdlpack's views of such an object, which share its description);
-    None otherwise."""
+    None otherwise, and where self describes other than the received object (from_address
+    with it as owner: the handle's sender would load the pickle as its own object)."""
+    cdef DLPackObject received = self
     base = self._base
     while isinstance(base, DLPackObject):
-        base = (<DLPackObject>base)._base
-    if isinstance(base, _Received) and (<_Received>base).handle is not None:
+        received = <DLPackObject>base
+        base = received._base
+    if (isinstance(base, _Received) and (<_Received>base).handle is not None
+            and _describes_as(self, received)):
         return base
     return None
+
+
+cdef bint _describes_as(DLPackObject a, DLPackObject b) noexcept:
+    """a and b describe the same elements, as a pickle carries them (data, type, shape,
+    strides, flags)."""
+    cdef int i
+    if (a.desc.dl.data != b.desc.dl.data or a.desc.dl.ndim != b.desc.dl.ndim
+            or a.desc.dl.dtype.code != b.desc.dl.dtype.code
+            or a.desc.dl.dtype.bits != b.desc.dl.dtype.bits
+            or a.desc.dl.dtype.lanes != b.desc.dl.dtype.lanes
+            or a.desc.dl.device.device_type != b.desc.dl.device.device_type
+            or a.desc.dl.device.device_id != b.desc.dl.device.device_id
+            or (a.desc.flags ^ b.desc.flags) & _PICKLED_FLAGS):
+        return False
+    for i in range(a.desc.dl.ndim):
+        if (a.desc.dl.shape[i] != b.desc.dl.shape[i]
+                or a.desc.dl.strides[i] != b.desc.dl.strides[i]):
+            return False
+    return True
 
 
 cdef object _reduce_copy(DLPackObject self, int protocol):
@@ -427,8 +450,9 @@ cdef inline uint64_t _received_flags(DLPackObject copy, DLPackObject host) noexc
 def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
                  token):
     """Unpickle CUDA device memory sent as a handle: in the sending process the sender's own
-    memory (found by token); elsewhere the allocation mapped once per process, the view
-    bounded by it, ordered after the event the sender recorded (spec §10)."""
+    memory (found by pid and token); elsewhere, a process of the sender's pid number in another
+    PID namespace included, the allocation mapped once per process, the view bounded by it,
+    ordered after the event the sender recorded (spec §10)."""
     cdef DLPackObject r, sender
     cdef _Received received
     cdef _IpcMemory mem
@@ -436,16 +460,14 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
     cdef _Pickled p
     cdef int64_t at = _field(offset, "offset", 0, INT64_MAX)
     cdef int32_t ordinal
+    cdef bint own_pid
     _bytes_field(handle, "handle", CU_IPC_HANDLE_SIZE)
     _bytes_field(event, "event", CU_IPC_HANDLE_SIZE)
     _field(pid, "pid", 0, INT64_MAX)
     _field(token, "token", 0, INT64_MAX)
-    if pid == _os.getpid():
-        sender = _ipc_senders.get(token) if _ipc_senders is not None else None
-        if sender is None:
-            raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
-                          "pickled is gone, and the CUDA memory it kept alive may be too; "
-                          "keep the sender alive until its pickles are loaded (spec §11)")
+    own_pid = pid == _os.getpid()
+    sender = _ipc_senders.get(token) if own_pid and _ipc_senders is not None else None
+    if sender is not None:
         r = _share(sender, sender._legacy_readonly, False, False)
         ev = _ipc_events.get(event)
         if ev is None:          # forwarded back by another process: after that one's event
@@ -470,6 +492,11 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
             if ev is None:      # the driver opens only another process's event
                 ev = _cu_ipc_open_event(ordinal, event)
         except CudaError as e:
+            if own_pid and field == "handle":   # not another PID namespace's: this process's
+                raise Refusal(f"pickle: field 'token' = {token}: the DLPackObject this process "
+                              "pickled is gone, and the CUDA memory it kept alive may be too; "
+                              "keep the sender alive until its pickles are loaded "
+                              "(spec §11)") from e
             raise Refusal(f"pickle: field '{field}': {e}; a CUDA IPC handle opens in another "
                           "process on the same machine (and IPC namespace) while the sending "
                           "object lives; send a host copy instead: asdlpack(x, "

@@ -304,6 +304,21 @@ class CrashOnCopy(Producer):
         return super().__dlpack__(**kwargs)
 
 
+class ShoutsOnCopy(Producer):
+    """Correct, except that ``copy=True`` writes a terminal escape and a 100 000-character line
+    to stderr and ends the process (exit status 3)."""
+
+    def __dlpack__(self, *, copy=None, **kwargs):
+        if copy:
+            import os
+            import sys
+
+            sys.stderr.write("\x1b[2J" + "x" * 100_000 + "\n")
+            sys.stderr.flush()
+            os._exit(3)
+        return super().__dlpack__(**kwargs)
+
+
 def forks_a_daemon() -> Producer:
     """A correct producer whose factory forks without exec (a fork pool, a daemon): the fork
     keeps every pipe of the process open, the checker's result channel among them, and outlives

@@ -245,6 +245,82 @@ def test_evidence_is_bounded_and_survives_a_hostile_str():
     assert mute[0].status == "fail" and "RuntimeError" in mute[0].evidence, mute
 
 
+class _Plain(str):
+    """What a hostile __str__ may return: a str whose methods raise."""
+
+    def __format__(self, spec):
+        raise RuntimeError("__format__")
+
+    def __getitem__(self, index):
+        raise RuntimeError("__getitem__")
+
+    def split(self, *args):
+        raise RuntimeError("split")
+
+
+class _Nameless(type):
+    @property
+    def __name__(cls):
+        raise RuntimeError("__name__")
+
+
+class _Unnamed(Exception, metaclass=_Nameless):
+    pass
+
+
+class _Masked(Exception):
+    def __str__(self):
+        return _Plain("masked")
+
+
+class _Copies:
+    """Exports NumPy's array, but raises error where asked for a copy."""
+
+    def __init__(self, error):
+        self.a, self.error = lib("numpy").arange(4.0), error
+
+    def __dlpack__(self, **kwargs):
+        if kwargs.get("copy"):
+            raise self.error
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize("error", [_Masked(), _Unnamed("unnamed")])
+def test_a_hostile_exception_fails_its_rule_not_the_checker(error):
+    """An exception that reaches the grader (a rule does not expect it) may have a str() that
+    is a str subclass whose methods raise, or a metaclass whose __name__ raises: the rule fails
+    with what it said, the checker goes on."""
+    got = {r.rule: r for r in check(lambda: _Copies(error))}
+    assert got["basic-export"].status == "pass"
+    assert any(r.status == "fail" and "raised" in r.evidence for r in got.values()), got
+
+
+def test_crash_evidence_is_bounded_too():
+    """What a crashed child said last (its stderr, the producer's to write) is evidence as a
+    producer's exception message is: one printable line, at most EVIDENCE_LIMIT characters."""
+    results = list(check_isolated(BROKEN + "ShoutsOnCopy", PRODUCERS))
+    crashed = [r for r in results if "exit status 3" in r.evidence]
+    assert len(crashed) == 1, results
+    assert len(crashed[0].evidence) <= _grading.EVIDENCE_LIMIT + 40, len(crashed[0].evidence)
+    assert "\x1b" not in crashed[0].evidence and "more characters)" in crashed[0].evidence
+
+
+@pytest.mark.parametrize(("said", "shown"), [
+    (" " * 1990 + "a\nb\n\x1b[2Jc", "a b \\x1b[2Jc"),   # whitespace past the first 2000
+    ("x\x08\x00y \ud800", "x\\x08\\x00y \\ud800"),      # control characters, a surrogate
+    ("a" * 600, "a" * 500 + "… (100 more characters)"),
+    ("a " * 250 + "b", "a " * 249 + "a… (1 more characters)"),
+])
+def test_evidence_is_one_line_of_printable_text(said, shown):
+    """Whatever a producer's text holds, its evidence is one line of printable characters
+    (a terminal escape or a lone surrogate would garble the report or fail its encoding),
+    at most EVIDENCE_LIMIT of them and a count of what was cut."""
+    assert _grading._evidence(said) == shown
+
+
 @pytest.mark.parametrize("columns", [80, 200])
 def test_text_fits_the_terminal(columns):
     run = run_check(BROKEN + "BrokenExchange", BROKEN + "Producer",

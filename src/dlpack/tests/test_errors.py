@@ -50,3 +50,41 @@ def test_no_step_for_what_has_none():
     with pytest.raises(TypeError) as e:
         asdlpack({1: 2})
     assert str(e.value).endswith("or ctypes pointer)")      # no step follows the list
+
+
+class _Hostile(str):
+    """A str whose methods a refusal must not call: they raise."""
+
+    def __format__(self, spec):
+        raise RuntimeError("__format__")
+
+    def partition(self, sep):
+        raise RuntimeError("partition")
+
+    def __contains__(self, item):
+        raise RuntimeError("__contains__")
+
+
+def test_a_hostile_class_still_gets_the_type_error():
+    """The message names the type whatever its class set __module__ to (an int, a str
+    subclass whose methods raise), and an __array__ lookup that raises means no step: the
+    TypeError is raised, not the class's error."""
+    class Numbered:
+        pass
+
+    class Lookup:
+        def __getattr__(self, name):
+            if name == "__array__":
+                raise RuntimeError(name)
+            raise AttributeError(name)
+
+    class Named:
+        pass
+
+    Numbered.__module__ = 5
+    Named.__module__ = _Hostile("tensorflow.x")
+    Named.__name__ = _Hostile("Variable")
+    for obj in (Numbered(), Lookup(), Named()):
+        with pytest.raises(TypeError, match="speaks no array-exchange protocol") as e:
+            asdlpack(obj)
+        assert type(obj).__qualname__ in str(e.value)

@@ -53,21 +53,43 @@ class Result:
 EVIDENCE_LIMIT = 500    # characters of one verdict's evidence: a producer's text is not ours
 
 
+_WORD = re.compile(r"\S+")
+
+
 def _evidence(text: str) -> str:
-    """Evidence on one line, at most EVIDENCE_LIMIT characters and a count of what was cut (a
-    producer's exception message or repr may be megabytes)."""
-    text = " ".join(text[:4 * EVIDENCE_LIMIT].split()) + text[4 * EVIDENCE_LIMIT:]
-    if len(text) <= EVIDENCE_LIMIT:
-        return text
-    return f"{text[:EVIDENCE_LIMIT]}… ({len(text) - EVIDENCE_LIMIT} more characters)"
+    """Evidence on one line of printable text (whitespace runs one space, other unprintable
+    characters escaped: a terminal escape or a lone surrogate in a producer's text must not
+    garble the report or its encoding), at most EVIDENCE_LIMIT characters and a count of the
+    producer's characters cut (its exception message or repr may be megabytes)."""
+    out: list[str] = []
+    size = 0
+    for word in _WORD.finditer(text):
+        if out:
+            out.append(" ")
+            size += 1
+        for i, c in enumerate(word[0]):
+            if not c.isprintable():
+                c = c.encode("unicode_escape").decode("ascii")
+            if size + len(c) > EVIDENCE_LIMIT:
+                cut = len(text) - word.start() - i
+                return f"{''.join(out).rstrip()}… ({cut} more characters)"
+            out.append(c)
+            size += len(c)
+    return "".join(out)
+
+
+def _named(e: BaseException) -> str:
+    """type(e).__name__ as plain text, whatever e's metaclass makes of that attribute."""
+    return str.__str__(type.__dict__["__name__"].__get__(type(e)))
 
 
 def _said(e: BaseException) -> str:
-    """str(e), or what stands for it where the producer's __str__ raises."""
+    """str(e) as plain text (a str subclass's methods, which a producer may make raise, are
+    not called), or what stands for it where the producer's __str__ raises."""
     try:
-        return str(e)
+        return str.__str__(str(e))
     except Exception as inner:
-        return f"<{type(e).__name__} whose str() raised {type(inner).__name__}>"
+        return f"<{_named(e)} whose str() raised {_named(inner)}>"
 
 
 class Fail(Exception):
@@ -193,7 +215,7 @@ class Suite:
         except NA as e:
             status, evidence = "n/a", _said(e)
         except Exception as e:
-            status, evidence = "fail", f"raised {type(e).__name__}: {_said(e)}"
+            status, evidence = "fail", f"raised {_named(e)}: {_said(e)}"
         finally:
             s._alive.clear()
         return Result(name, status, _evidence(evidence))
@@ -256,7 +278,7 @@ def worker(spec: str, start: int, state: dict, suite: Suite) -> NoReturn:
             s = suite.subject(load(spec))
         except Exception as e:
             send(result=asdict(Result(suite.load_rule, "fail",
-                                      _evidence(f"{type(e).__name__}: {_said(e)}"))))
+                                      _evidence(f"{_named(e)}: {_said(e)}"))))
             os._exit(0)
         s.restore(state)
         for name in suite.rules[start:]:
@@ -350,10 +372,10 @@ def check_isolated(spec: str, suite: Suite) -> Iterator[Result]:
                 return
             how = _crash(None if timed_out else rc, child.log())
         if start == 0 and running in (None, load_rule):
-            yield Result(load_rule, "fail", scribbled or f"{suite.loading} ended the checker's "
-                         f"child process: {how}")
+            yield Result(load_rule, "fail", scribbled or _evidence(
+                f"{suite.loading} ended the checker's child process: {how}"))
             return
-        yield Result(rules[start], "fail", scribbled or (
+        yield Result(rules[start], "fail", scribbled or _evidence(
             f"{suite.crashed}: {how}" if not timed_out
             else f"the rule did not finish: {how}"))
         if start == 0:

@@ -532,3 +532,94 @@ def test_on_host_refuses_device_memory(fake):
     with pytest.raises(BufferError, match=r"on_host: .*cannot read in place.*dl_device=\(1, 0\)"):
         dl.on_host()
     assert fake.touched() == []
+
+
+def _random_view(np, rng):
+    """A random view (up to 4-D, slices with negative steps, transposes, broadcast dimensions,
+    or any strides: overlapping and interleaved) of a random array, and the base it views."""
+    dtype = rng.choice([np.uint8, np.int16, np.float32, np.float64])
+    ndim = int(rng.integers(1, 5))
+    if rng.random() < 0.2:                                  # strides of no slicing
+        base = rng.integers(0, 100, size=4096).astype(dtype)
+        shape = tuple(int(rng.integers(1, 7)) for _ in range(ndim))
+        strides = tuple(int(rng.integers(-40, 41)) * base.itemsize for _ in range(ndim))
+        low = sum((n - 1) * st for n, st in zip(shape, strides, strict=True) if st < 0)
+        return base, np.ndarray(shape, dtype, buffer=base, offset=-low, strides=strides)
+    shape = tuple(int(rng.integers(1, 12 if ndim > 2 else 40)) for _ in range(ndim))
+    base = rng.integers(0, 100, size=shape).astype(dtype)
+    index = []
+    for n in shape:
+        if rng.random() < 0.2:
+            index.append(int(rng.integers(0, n)))          # an integer drops the dimension
+            continue
+        step = int(rng.choice([1, 1, 2, 3, -1, -2, 5]))
+        start, stop = sorted(int(i) for i in rng.integers(0, n + 1, size=2))
+        index.append(slice(start, stop, step) if step > 0 else slice(
+            stop - 1 if stop else None, start - 1 if start else None, step))
+    view = base[(*index, ...)]                             # a view, 0-D too
+    if view.ndim > 1 and rng.random() < 0.3:
+        view = view.transpose(rng.permutation(view.ndim))
+    if view.ndim < 4 and rng.random() < 0.2:                # a broadcast (stride 0) dimension
+        at = int(rng.integers(0, view.ndim + 1))
+        view = np.lib.stride_tricks.as_strided(
+            view, shape=(*view.shape[:at], int(rng.integers(1, 4)), *view.shape[at:]),
+            strides=(*view.strides[:at], 0, *view.strides[at:]))
+    return base, view
+
+
+@pytest.mark.parametrize("max_pitch", [2**31 - 1, 24, 100])
+def test_random_strided_views_match_numpy_in_every_copy_mode(fake, copy_costs, max_pitch):
+    """Seeded differential test (spec §10): random views copied to the host equal NumPy's,
+    whatever the span's window and the cost of a call (driver copies, covering span, or both
+    in one run), with the view alone in its allocation (a byte before or after it read is
+    refused by the fake) and every copy inside the view's span."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(max_pitch)
+    fake.max_pitch = max_pitch
+    spans = 0
+    for case in range(1500):
+        base, view = _random_view(np, rng)
+        if view.size == 0:
+            continue
+        raw = base.tobytes() if base.flags.c_contiguous else None
+        low = sum((n - 1) * s for n, s in zip(view.shape, view.strides, strict=True) if s < 0)
+        first = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        span = _span(view)
+        ptr = fake.device_array(raw[first + low:first + low + span], device=1)
+        call_bytes = int(rng.choice([0, 1, 64, 4096, 1 << 62, 1 << 62, 1 << 62]))
+        chunk = int(rng.choice([1, 3, span // 5 + 1, span // 3 + 1, span // 2 + 1, span - 1 or 1,
+                                 span, 1 << 20]))
+        copy_costs(call_bytes=call_bytes, chunk=chunk)
+        cai = CAI(ptr - low, stream=None, shape=view.shape, strides=view.strides,
+                  typestr=view.dtype.str)
+        fake.calls.clear()
+        got = np.from_dlpack(asdlpack(cai), device="cpu", copy=True)
+        assert got.dtype == view.dtype and got.shape == view.shape, case
+        assert np.array_equal(got, view), (case, view.shape, view.strides, call_bytes, chunk)
+        copies = [c for c in fake.calls if c[0] == "cuMemcpyDtoH"]
+        assert all(ptr <= c[1] and c[1] + c[2] <= ptr + span for c in copies), case
+        spans += any(c[2] > _row_bytes(view) for c in copies)
+    assert spans >= 15                      # the covering span was taken often enough
+
+
+def test_a_driver_error_mid_span_leaves_no_context_and_raises(fake, copy_costs, monkeypatch):
+    """A window's cuMemcpyDtoH failing after others crossed: the error names the call, the
+    context is popped, and the next copy of the same view succeeds (spec §10)."""
+    np = pytest.importorskip("numpy")
+    copy_costs(call_bytes=1 << 62, chunk=4096)
+    view, cai = _device_view(np, fake, (64, 101), S[:, ::2])
+    dl = asdlpack(cai)
+    get, reads = fake._get, []
+
+    def failing_get(ptr, nbytes):
+        reads.append(ptr)
+        if len(reads) == 3:
+            raise fake_cuda.DriverError(CUDA_ERROR_ILLEGAL_ADDRESS, "a kernel faulted")
+        return get(ptr, nbytes)
+
+    monkeypatch.setattr(fake, "_get", failing_get)
+    with pytest.raises(BufferError, match=r"cuMemcpyDtoH.*CUDA_ERROR_ILLEGAL_ADDRESS"):
+        np.from_dlpack(dl, device="cpu", copy=True)
+    assert len(reads) == 3 and fake.current == []
+    monkeypatch.setattr(fake, "_get", get)
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()

@@ -244,6 +244,57 @@ def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
     child(pool, fake, drop_forwarded)
 
 
+def test_a_handle_forwarded_around_a_ring_comes_back_as_the_senders(fake, pool):
+    """A → B → C → A: each forwarder sends the first sender's handle with its own event; back
+    in A it is A's own object, ordered after C's event, and B loads C's pickle on the mapping
+    it has (spec §11)."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (_, _, _, _, via_b), _ = child(pool, fake, forward, pickle.dumps(dl))
+    with fake_cuda.spawn_pool() as third:
+        (first, again, shared, values, via_c), _ = child(third, fake, forward, via_b)
+        assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
+        fake.calls.clear()
+        back = pickle.loads(via_c)
+        assert todict(back)["pickled"] == "same process" and back.data_ptr == ptr
+        assert "cuIpcOpenEventHandle" in names(fake.calls)             # C's event
+        assert np.from_dlpack(back, device="cpu", copy=True).tolist() == VALUES.tolist()
+        (values, device, how, _), _ = child(pool, fake, read_host, via_c)
+        assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+        child(third, fake, drop_forwarded)
+    child(pool, fake, drop_forwarded)
+
+
+def forward_derived(payload):
+    """Unpickle, then pickle onward two objects over the received memory that describe other
+    than it does (from_address with the received object as owner): elements 2 and 3 only, and
+    all six read-only. Both are kept, as a forwarder's must be."""
+    from dlpack import from_address
+
+    dl = pickle.loads(payload)
+    part = from_address(dl.data_ptr + 8, (2,), "float32", owner=dl, device=(CUDA, 0))
+    frozen = from_address(dl.data_ptr, (6,), "float32", owner=dl, device=(CUDA, 0),
+                          readonly=True)
+    FORWARDED.extend((dl, part, frozen))
+    onward = pickle.dumps(part), pickle.dumps(frozen)
+    fake_cuda.installed().run()             # this child's GPU: events its pickles recorded
+    return onward
+
+
+def test_objects_derived_from_received_memory_are_not_forwarded_as_the_sender(fake, pool):
+    """Only what describes exactly the received object (it, asdlpack's views of it) forwards
+    the sender's handle (spec §11): the sender's process would load that handle as its own
+    object, whole and writable. Another description over the memory goes as a host copy."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (part, frozen), _ = child(pool, fake, forward_derived, pickle.dumps(dl))
+    part, frozen = pickle.loads(part), pickle.loads(frozen)
+    assert np.from_dlpack(part, device="cpu", copy=True).tolist() == [2.0, 3.0]
+    assert frozen.readonly and frozen.data_ptr != ptr
+    assert np.from_dlpack(frozen, device="cpu", copy=True).tolist() == VALUES.tolist()
+    child(pool, fake, drop_forwarded)
+
+
 def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
     ptr = device_floats(fake)
     dl = asdlpack(CAI(ptr, shape=(6,), stream=None, readonly=True))
@@ -272,8 +323,32 @@ def test_a_pickle_from_another_pid_namespace_does_not_find_this_processs_object(
     theirs, _ = child(pool, fake, pickled_arguments)
     assert theirs[11] != token
     forged = [*theirs[:10], os.getpid(), theirs[11]]      # their pid number is ours
-    with pytest.raises(BufferError, match=r"field 'token'"):
-        _core._rebuild_ipc(*forged)
+    with pytest.raises(BufferError, match=r"field 'event'.*while the sending object lives"):
+        _core._rebuild_ipc(*forged)         # theirs, opened as another process's: it is gone
+
+
+def load_with_pid(payload, pid):
+    """read_host in a process whose pid number is pid (another PID namespace's)."""
+    import types
+
+    real = _core._os
+    _core._os = types.SimpleNamespace(getpid=lambda: pid, urandom=os.urandom)
+    try:
+        return read_host(payload)
+    finally:
+        _core._os = real
+
+
+def test_a_process_with_the_senders_pid_number_opens_its_handle(fake, pool):
+    """Containers sharing an IPC namespace (a Kubernetes pod's) each count pids from 1: a
+    receiver whose pid is the sender's number, without the sender's token, is another process
+    and opens the handle (spec §11); it was refused as if its own sender were gone."""
+    ptr = device_floats(fake)
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
+    (values, device, how, _), calls = child(pool, fake, load_with_pid, pickle.dumps(dl),
+                                            os.getpid())
+    assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+    assert "cuIpcOpenMemHandle" in names(calls)
 
 
 def send_with(dl, start, sent):
