@@ -605,6 +605,22 @@ cdef int _cu_copy_to_device_on(int32_t device_id, uintptr_t stream, CUdeviceptr 
     return _cu_check(rc, "cuMemcpyHtoDAsync")
 
 
+cdef inline bint _odometer(int n, int64_t *idx, const int64_t *extent, const int64_t *pitch,
+                           int64_t *offset) noexcept nogil:
+    """The next index of n dimensions (outermost first), offset moved with it by their
+    pitches; False after the last."""
+    cdef int i = n - 1
+    while i >= 0:
+        if idx[i] + 1 < extent[i]:
+            idx[i] += 1
+            offset[0] += pitch[i]
+            return True
+        offset[0] -= (extent[i] - 1) * pitch[i]
+        idx[i] = 0
+        i -= 1
+    return False
+
+
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
                        const int64_t *extent, const int64_t *pitch) except -1:
     """Copy device memory to the host as rows of width bytes, one after another in dst: the
@@ -680,16 +696,7 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
             if rc != 0:
                 break
             dst += width * height * depth
-            i = n - 1
-            while i >= 0:               # odometer over the outer dimensions
-                if idx[i] + 1 < extent[i]:
-                    idx[i] += 1
-                    offset += pitch[i]
-                    break
-                offset -= (extent[i] - 1) * pitch[i]
-                idx[i] = 0
-                i -= 1
-            if i < 0:
+            if not _odometer(n, idx, extent, pitch, &offset):
                 break
         _cu_leave()
     return _cu_check(rc, (<bytes>what).decode())
@@ -758,16 +765,7 @@ cdef bint _cu_copy_span(char *dst, uintptr_t src, size_t width, int n, const int
                 end = base + length
             memcpy(dst, buf + (offset - base), width)
             dst += width
-            i = n - 1
-            while i >= 0:               # odometer over the dimensions, as _cu_copy_rows'
-                if idx[i] + 1 < extent[i]:
-                    idx[i] += 1
-                    offset += pitch[i]
-                    break
-                offset -= (extent[i] - 1) * pitch[i]
-                idx[i] = 0
-                i -= 1
-            if i < 0:
+            if not _odometer(n, idx, extent, pitch, &offset):
                 break
     free(buf)
     _cu_check(rc, "cuMemcpyDtoH")
