@@ -697,21 +697,28 @@ def read_object(dl):
     return values, tuple(dl.device), todict(dl).get("pickled"), os.getpid()
 
 
-def test_dask_worker_process_reads_the_same_memory(fake):
+def test_dask_worker_processes_read_the_same_memory(fake):
+    """Scattered to one worker (a handle), then fetched from it by another worker (the handle
+    forwarded, spec §11): both read the client's memory, no bytes moved."""
     distributed = pytest.importorskip("distributed", reason="Dask distributed is not installed")
     ptr = device_floats(fake)
     dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
-    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
-        client.run(fake_cuda.child_install)             # the worker's driver: the fake
-        future = client.submit(read_object, dl, pure=False)
-        while not future.done():
-            fake.run()                                  # this process's GPU runs meanwhile
-            time.sleep(0.01)
-        values, device, how, pid = future.result()
-    assert values == VALUES.tolist() and device == (CUDA, 0) and how == "ipc"
-    assert pid != os.getpid()
+        client.run(fake_cuda.child_install)             # the workers' driver: the fake
+        first, second = sorted(client.scheduler_info()["workers"])
+        held = client.scatter(dl, workers=[first])
+        results = []
+        for worker in (first, second):                  # the second fetches it from the first
+            future = client.submit(read_object, held, workers=[worker], pure=False)
+            while not future.done():
+                fake.run()                              # this process's GPU runs meanwhile
+                time.sleep(0.01)
+            results.append(future.result())
+    for values, device, how, _ in results:
+        assert values == VALUES.tolist() and device == (CUDA, 0) and how == "ipc"
+    assert len({pid for *_, pid in results} | {os.getpid()}) == 3
 
 
 def ray_read(args):
