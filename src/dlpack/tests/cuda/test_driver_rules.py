@@ -308,20 +308,26 @@ def test_covering_span_copies_match_numpy(fake, copy_costs):
         assert windowed >= 2, chunk
 
 
+def _host_copy_of_strided(fake, n, shape, strides):
+    """as_strided(shape, strides) over n float32 in fake device memory, copied to the host and
+    compared with NumPy's: (the view, its device address, the driver's copy calls)."""
+    np = pytest.importorskip("numpy")
+    base = np.arange(n, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base, shape=shape, strides=strides)
+    ptr = fake.device_array(base.tobytes(), device=1)
+    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
+    fake.calls.clear()
+    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
+    return view, ptr, [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+
+
 def test_a_row_straddling_a_window_starts_the_next_one(fake, copy_costs):
     """Rows of 12 bytes 20 apart (groups of four, 84 apart: no 3-D copy describes them) in
     windows of 110 bytes: a row that begins inside a window and ends past it is copied from
     the next window, which starts at that row (before the row's end was read from beyond the
     window); windows in memory order, never past the view's last byte."""
-    np = pytest.importorskip("numpy")
     copy_costs(call_bytes=1 << 62, chunk=110)
-    base = np.arange(500, dtype=np.float32)
-    view = np.lib.stride_tricks.as_strided(base, shape=(20, 4, 3), strides=(84, 20, 4))
-    ptr = fake.device_array(base.tobytes(), device=1)
-    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
-    fake.calls.clear()
-    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
-    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
+    view, ptr, copies = _host_copy_of_strided(fake, 500, (20, 4, 3), (84, 20, 4))
     starts = [c[1] - ptr for c in copies]
     assert {c[0] for c in copies} == {"cuMemcpyDtoH"} and starts == sorted(starts)
     assert starts[:2] == [0, 104]           # the row at 104 straddled the first window
@@ -334,15 +340,9 @@ def test_the_span_is_not_taken_where_straddling_rows_make_as_many_windows_as_cal
     of 150 bytes: the second pair's first row straddles each window, so the span would take
     one window per pair, as many calls as the driver's copies and more bytes. The count of
     windows bounds straddling rows (before: span / window, which took the span here)."""
-    np = pytest.importorskip("numpy")
     copy_costs(call_bytes=1 << 62, chunk=150)
-    base = np.arange(1000, dtype=np.float32)
-    view = np.lib.stride_tricks.as_strided(base, shape=(20, 2, 15), strides=(132, 64, 4))
-    ptr = fake.device_array(base.tobytes(), device=1)
-    dl = asdlpack(CAI(ptr, stream=None, shape=view.shape, strides=view.strides))
-    fake.calls.clear()
-    assert np.from_dlpack(dl, device="cpu", copy=True).tolist() == view.tolist()
-    assert [c[0] for c in fake.calls if c[0].startswith("cuMemcpy")] == ["cuMemcpy2D"] * 20
+    _, _, copies = _host_copy_of_strided(fake, 1000, (20, 2, 15), (132, 64, 4))
+    assert [c[0] for c in copies] == ["cuMemcpy2D"] * 20
 
 
 def test_a_view_of_odd_rows_is_one_copy_of_its_span(fake):

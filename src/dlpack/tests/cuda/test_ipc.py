@@ -205,41 +205,49 @@ FORWARDED = []      # what the forwarding child sends onward: kept alive, as a s
 def forward(payload):
     """Unpickle, then pickle asdlpack's view of the received object onward (its handle is
     forwarded) and load that here too: (how each came, whether both share one mapping, the
-    values, the onward pickle). The view is kept: its event orders the onward receivers."""
+    values, both read-only flags, the onward pickle). The view is kept: its event orders the
+    onward receivers."""
     dl = pickle.loads(payload)
     view = asdlpack(dl)
     onward = pickle.dumps(view)
     again = pickle.loads(onward)
     FORWARDED.extend((dl, view))
-    return (todict(dl)["pickled"], todict(again)["pickled"], again.base.owner is dl.base.owner,
-            np.from_dlpack(again, device="cpu", copy=True).tolist(), onward)
+    shared = again.base.owner is dl.base.owner and again.data_ptr == dl.data_ptr
+    return (todict(dl)["pickled"], todict(again)["pickled"], shared,
+            np.from_dlpack(again, device="cpu", copy=True).tolist(),
+            (dl.readonly, again.readonly), onward)
 
 
 def drop_forwarded():
     FORWARDED.clear()
 
 
-def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool):
+@pytest.mark.parametrize("readonly", [False, True])
+def test_received_memory_is_forwarded_as_the_senders_handle(fake, pool, readonly):
     """A receiver pickling what it received sends the sender's handle on (a host copy before):
     it loads in the receiver on the mapping it has, in the sender as the sender's own memory,
     and in a third process as the sender's memory opened there, ordered after the forwarder's
-    event."""
+    event; read-only data stays read-only everywhere."""
     ptr = device_floats(fake)
-    dl = asdlpack(CAI(ptr, shape=(6,), stream=None))     # the sender lives
-    (first, again, shared, values, onward), calls = child(pool, fake, forward, pickle.dumps(dl))
+    dl = asdlpack(CAI(ptr, shape=(6,), stream=None, readonly=readonly))  # the sender lives
+    (first, again, shared, values, flags, onward), calls = child(pool, fake, forward,
+                                                                 pickle.dumps(dl))
     assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
+    assert flags == (readonly, readonly)
     assert "cuIpcGetMemHandle" not in names(calls)
     assert names(calls).count("cuIpcOpenMemHandle") == 1
     fake.calls.clear()
     back = pickle.loads(onward)
     assert todict(back)["pickled"] == "same process" and back.data_ptr == ptr
+    assert back.readonly == readonly
     opened = [c for c in fake.calls if c[0] == "cuIpcOpenEventHandle"]    # the forwarder's
     assert len(opened) == 1
     assert np.from_dlpack(back, device="cpu", copy=True).tolist() == VALUES.tolist()
     assert ("cuEventSynchronize", opened[0][1]) in [c[:2] for c in fake.calls]
     with fake_cuda.spawn_pool() as third:
-        (values, device, how, _), calls = child(third, fake, read_host, onward)
-    assert (values, device, how) == (VALUES.tolist(), (CUDA, 0), "ipc")
+        (values, device, how, third_readonly), calls = child(third, fake, read_host, onward)
+    assert (values, device, how, third_readonly) == (VALUES.tolist(), (CUDA, 0), "ipc",
+                                                     readonly)
     assert {"cuIpcOpenMemHandle", "cuIpcOpenEventHandle"} <= set(names(calls))
     child(pool, fake, drop_forwarded)
 
@@ -250,9 +258,9 @@ def test_a_handle_forwarded_around_a_ring_comes_back_as_the_senders(fake, pool):
     it has (spec §11)."""
     ptr = device_floats(fake)
     dl = asdlpack(CAI(ptr, shape=(6,), stream=None))
-    (_, _, _, _, via_b), _ = child(pool, fake, forward, pickle.dumps(dl))
+    (*_, via_b), _ = child(pool, fake, forward, pickle.dumps(dl))
     with fake_cuda.spawn_pool() as third:
-        (first, again, shared, values, via_c), _ = child(third, fake, forward, via_b)
+        (first, again, shared, values, _, via_c), _ = child(third, fake, forward, via_b)
         assert (first, again, shared, values) == ("ipc", "ipc", True, VALUES.tolist())
         fake.calls.clear()
         back = pickle.loads(via_c)
