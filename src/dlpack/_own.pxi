@@ -4,10 +4,33 @@
 
 cdef extern from *:
     """
+    #include "pythread.h"
+    /* The thread state attached to this thread, or NULL: whether this thread holds a GIL,
+       asked per thread on every Python pydlpack supports.
+       - 3.12 and newer: the current thread state is thread-local;
+       - 3.10 and 3.11: it is one value per process, the state of whichever thread holds the
+         (one) GIL. It is this thread's when it is this thread's PyGILState state (the usual
+         consumer), or another state made for this thread (a subinterpreter's, swapped in by
+         this thread; dlpk_decref_in_main's) whose thread_id is this thread's. A state that is
+         another thread's can be deleted by it while this reads its thread_id: the read is of
+         memory the allocator keeps mapped (a small block, below its trim pad) and gives that
+         thread's id or the allocator's bookkeeping, never this thread's, so the answer is
+         still "not attached"; ASan, which would report the read, is told it is meant. */
     #if PY_VERSION_HEX >= 0x030D0000
     #define dlpk_attached() PyThreadState_GetUnchecked()
-    #else
+    #elif PY_VERSION_HEX >= 0x030C0000
     #define dlpk_attached() _PyThreadState_UncheckedGet()
+    #else
+    #if defined(__GNUC__) || defined(__clang__)
+    __attribute__((no_sanitize_address))
+    #endif
+    static PyThreadState *dlpk_attached(void) {
+        PyThreadState *t = _PyThreadState_UncheckedGet();
+        if (t == NULL || t == PyGILState_GetThisThreadState())
+            return t;
+        return ((volatile PyThreadState *)t)->thread_id == PyThread_get_thread_ident()
+            ? t : NULL;
+    }
     #endif
     /* Drop a reference to an object of the main interpreter (where pydlpack lives: its module
        loads in one interpreter) from any thread, attached to any interpreter or to none.

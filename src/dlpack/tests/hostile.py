@@ -3240,6 +3240,62 @@ for _register in (_register_device_bitmaps, _register_callbacks_while_refusing,
                   _register_unreachable_blank, _register_arrow_answers):
     _register()
 
+def _register_fourth_round_gil() -> None:
+    """A C thread Python never saw calls a callback while a Python thread holds the GIL in a
+    long C call (before 3.12 the current thread state is the holder's, one per process): the
+    callback waits for the GIL and drops its references in its own thread state."""
+    g = "fourth-round-gil"
+
+    def from_c_thread(kind):
+        import threading
+
+        dlc = _dlc()
+        libc = ctypes.CDLL(None)
+        libc.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong)] + [ctypes.c_void_p] * 3
+        libc.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+        local, wrong, stop = threading.local(), [], threading.Event()
+
+        class Witness(bytearray):
+            def __del__(self):
+                if getattr(local, "ident", threading.get_ident()) != threading.get_ident():
+                    wrong.append(kind)
+
+        def hold():
+            local.ident = threading.get_ident()
+            while not stop.is_set():
+                sum(range(50_000))          # one C call: no switch inside it
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            for _ in range(20):
+                dl = asdlpack(Witness(b"abcd"))
+                if kind == "arrow":
+                    _, array = dl.__arrow_c_array__()
+                    get = ctypes.pythonapi.PyCapsule_GetPointer
+                    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object,
+                                                                  ctypes.c_char_p]
+                    address = get(array, b"arrow_array")
+                    function = ctypes.c_void_p.from_address(address + 64).value
+                else:
+                    p = dlc.to_pointer(dl, versioned=kind == "versioned")
+                    address = ctypes.cast(p, ctypes.c_void_p).value
+                    function = ctypes.cast(p.contents.deleter, ctypes.c_void_p).value
+                del dl          # the callback holds the last reference
+                tid = ctypes.c_ulong()
+                libc.pthread_create(ctypes.byref(tid), None, function, address)
+                libc.pthread_join(tid, None)
+        finally:
+            stop.set()
+            holder.join()
+        return wrong
+
+    for kind in ("versioned", "legacy", "arrow"):
+        add(g, f"c-thread-while-gil-held-{kind}", lambda k=kind: from_c_thread(k), Gives([]))
+
+
+_register_fourth_round_gil()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 
