@@ -302,7 +302,10 @@ def worker(spec: str, start: int, state: dict, suite: Suite) -> NoReturn:
     standard output, each after the run's key; whatever else is printed goes to the parent's
     log. The key comes on standard input, which is then /dev/null: code under test that finds
     the channel among its descriptors has no key to write a line the parent takes."""
-    key = os.read(0, 256).decode("ascii").strip()
+    line = b""
+    while not line.endswith(b"\n") and (chunk := os.read(0, 64)):
+        line += chunk
+    key = line.decode("ascii").strip()
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
