@@ -3,7 +3,7 @@
 import sys
 
 if sys.argv[1:2] == ["check"]:
-    from dlpack.tools.check import main
+    from dlpack.tools.check_cli import main
 
     sys.exit(main(sys.argv[2:]))
 from dlpack.tools.matrix import main

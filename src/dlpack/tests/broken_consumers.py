@@ -40,15 +40,59 @@ class Array:
         ctypes.c_float.from_address(at).value = value
 
 
+class _Nameless(type):
+    """A metaclass whose classes' ``__name__`` raises."""
+
+    @property
+    def __name__(cls):
+        raise RuntimeError("no name")
+
+
+class HostileRefusal(BufferError, metaclass=_Nameless):
+    """A refusal whose class has no readable name and whose message is 4 MB."""
+
+    def __str__(self) -> str:
+        return "no" * (2 << 20)
+
+
+def _forge(line: bytes) -> None:
+    """Write ``line`` into every pipe this process holds (a checker's result channel among
+    them), as code that went looking for it would."""
+    import os
+    import stat
+
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, line)
+        except OSError:
+            pass
+
+
+FORGED = b'{"result": {"rule": "read-only", "status": "pass", "evidence": "forged"}, ' \
+    b'"state": {"zero_copy": true, "imports": true}}\n'
+
+
 class Consumer:
     """A ctypes DLPack consumer. Faults: ``never_deletes``, ``deletes_early`` (calls the
     deleter before returning its view), ``ignores_readonly``, ``ignores_byte_offset``,
-    ``null_strides_segfault`` (reads strides[i] through a NULL pointer)."""
+    ``null_strides_segfault`` (reads strides[i] through a NULL pointer), ``forges_a_pass``
+    (writes a well-formed "read-only passed" result into its pipes when given READ_ONLY
+    data), ``hostile_refusals`` (every refusal a ``HostileRefusal``, a ``byte_offset`` one
+    included)."""
 
     def __init__(self, **faults: bool) -> None:
         self.faults = faults
 
     def __call__(self, producer: Any) -> Array:
+        if not self.faults.get("hostile_refusals"):
+            return self._import(producer)
+        try:
+            return self._import(producer)
+        except BufferError:
+            raise HostileRefusal() from None
+
+    def _import(self, producer: Any) -> Array:
         try:
             capsule = producer.__dlpack__(max_version=(1, 3))
         except TypeError:
@@ -72,10 +116,14 @@ class Consumer:
             raise BufferError(f"shape {shape}")
         if math.prod(shape) and not t.data:
             raise BufferError("NULL data")
+        if t.byte_offset and self.faults.get("hostile_refusals"):
+            raise BufferError("byte_offset")
         strides = self._strides(t, shape)
         first = (t.data or 0) + (0 if self.faults.get("ignores_byte_offset") else t.byte_offset)
         readonly = versioned and bool(m.flags & READ_ONLY) and not self.faults.get(
             "ignores_readonly")
+        if versioned and m.flags & READ_ONLY and self.faults.get("forges_a_pass"):
+            _forge(FORGED)
         _capi.SetName(capsule, _USED[name])
         deleter = ctypes.cast(m.deleter, ctypes.c_void_p).value
 
@@ -109,11 +157,20 @@ def forks_on_each_call(producer: Any) -> Array:
     if child:
         os.waitpid(child, 0)
     return correct(producer)
+
+
+def returns_the_producer(producer: Any) -> Any:
+    """Imports nothing: hands back what it was given (which the checker could read itself)."""
+    return producer
+
+
 never_deletes = Consumer(never_deletes=True)
 deletes_early = Consumer(deletes_early=True)
 ignores_readonly = Consumer(ignores_readonly=True)
 ignores_byte_offset = Consumer(ignores_byte_offset=True)
 null_strides_segfault = Consumer(null_strides_segfault=True)
+forges_a_pass = Consumer(ignores_readonly=True, forges_a_pass=True)
+hostile_refusals = Consumer(hostile_refusals=True)
 
 EXPECTED = {
     "never_deletes": "deleter-once",
@@ -121,4 +178,7 @@ EXPECTED = {
     "ignores_readonly": "read-only",
     "ignores_byte_offset": "byte-offset",
     "null_strides_segfault": "strides",
+    "forges_a_pass": "read-only",           # the forged line fails the rule that was running
+    "hostile_refusals": "byte-offset",      # its other refusals pass, as BufferError's do
+    "returns_the_producer": "basic-import",     # and the other rules are n/a
 }

@@ -38,7 +38,8 @@ class Producer:
     (a DLManagedTensorVersioned under the name ``dltensor``), ``no_readonly`` (the memory is
     read-only, the flag is missing), ``null_strides`` (NULL strides in a 1.3 capsule),
     ``refuses`` (``__dlpack__`` raises BufferError; pair with ``BrokenExchange``), ``frees``
-    (the deleter frees the tensor: a later reader of its fields faults).
+    (the deleter frees the tensor: a later reader of its fields faults), ``shares_on_copy``
+    (``copy=True`` exports the same memory).
     """
 
     def __init__(self, **faults: bool) -> None:
@@ -63,7 +64,7 @@ class Producer:
             raise BufferError("this producer refuses every export")
         if dl_device not in (None, (1, 0)):
             raise BufferError("CPU only")
-        if copy:
+        if copy and not self.faults.get("shares_on_copy"):
             raise BufferError("no copies")
         versioned = max_version is not None and max_version[0] >= 1
         return self._capsule(versioned)

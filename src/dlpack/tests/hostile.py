@@ -3296,6 +3296,42 @@ def _register_fourth_round_gil() -> None:
 
 _register_fourth_round_gil()
 
+
+def _register_fourth_round_checker() -> None:
+    """The consumer checker is not fooled (spec §12): a forged result line fails the running
+    rule, a hostile BufferError subclass is a refusal, a consumer importing nothing fails."""
+    g = "checker"
+
+    def graded(name):
+        def run():
+            from dlpack.tests import broken_consumers
+            from dlpack.tools.check_consumer import SUITE, Consumer
+
+            s = Consumer(getattr(broken_consumers, name))
+            results = [SUITE.grade(s, rule) for rule in SUITE.rules]
+            return [[r.rule for r in results if r.status == "fail"],
+                    sorted({r.status for r in results[1:]}),
+                    any("no name" in r.evidence or len(r.evidence) > 540 for r in results)]
+        return run
+
+    def forged():
+        from dlpack.tools._grading import check_isolated
+        from dlpack.tools.check_consumer import SUITE
+
+        results = list(check_isolated("dlpack.tests.broken_consumers:forges_a_pass", SUITE))
+        return [[r.rule for r in results] == SUITE.rules,
+                [r.rule for r in results if r.status == "fail"],
+                "result channel" in results[SUITE.rules.index("read-only")].evidence]
+
+    add(g, "hostile-refusal-is-a-refusal", graded("hostile_refusals"),
+        Gives([["byte-offset"], ["fail", "n/a", "pass"], False]))
+    add(g, "consumer-returning-the-producer", graded("returns_the_producer"),
+        Gives([["basic-import"], ["n/a"], False]))
+    add(g, "forged-result-line", forged, Gives([True, ["read-only"], True]))
+
+
+_register_fourth_round_checker()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 

@@ -37,12 +37,21 @@ def test_correct_producer_passes_every_rule():
     ("versioned_as_legacy", "capsule-names"),
     ("no_readonly", "flags"),
     ("null_strides", "strides"),
+    ("shares_on_copy", "device-copy"),
 ])
 def test_broken_producer_flagged_by_its_rule(fault, rule):
     results = {r.rule: r for r in check(lambda: Producer(**{fault: True}))}
     assert results[rule].status == "fail", results[rule]
-    if fault in ("deleter_twice", "ignores_rename", "no_readonly", "null_strides"):
+    if fault in ("deleter_twice", "ignores_rename", "no_readonly", "null_strides",
+                 "shares_on_copy"):
         assert [r for r in results.values() if r.status == "fail"] == [results[rule]]
+
+
+def test_copy_sharing_memory_says_how_to_fix_it():
+    evidence = {r.rule: r for r in check(lambda: Producer(shares_on_copy=True))}[
+        "device-copy"].evidence
+    assert "copy=True returned the same memory" in evidence
+    assert "copy the data" in evidence and "or raise BufferError" in evidence, evidence
 
 
 def test_exchange_api_exporting_a_refused_object_fails():
@@ -288,6 +297,19 @@ class _Copies:
         return (1, 0)
 
 
+class _NamelessRefusal(BufferError, metaclass=_Nameless):
+    def __str__(self):
+        return "no" * (2 << 20)
+
+
+def test_a_hostile_refusal_is_a_refusal():
+    """A BufferError subclass whose __name__ raises and whose message is 4 MB refuses a copy
+    as BufferError("no") does: device-copy passes, its evidence bounded."""
+    got = {r.rule: r for r in check(lambda: _Copies(_NamelessRefusal()))}["device-copy"]
+    assert got.status == "pass" and "copy=True refused with BufferError (nono" in got.evidence
+    assert len(got.evidence) <= _grading.EVIDENCE_LIMIT + 40, got
+
+
 @pytest.mark.parametrize("error", [_Masked(), _Unnamed("unnamed")])
 def test_a_hostile_exception_fails_its_rule_not_the_checker(error):
     """An exception that reaches the grader (a rule does not expect it) may have a str() that
@@ -412,11 +434,39 @@ def test_cli_json_and_exit_status():
     assert data["schema"] == "pydlpack-check/1" and data["exit_status"] == 0
     assert [r["factory"] for r in data["reports"]] == ["dlpack.tools.producers:numpy",
                                                        "dlpack.tests.broken_producers:Producer"]
-    bad = subprocess.run([sys.executable, "-m", "dlpack", "check",
-                          "dlpack.tests.broken_producers:BrokenExchange", "nosuchmodule:f"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1
-    assert "fail  exchange-api" in bad.stdout and "fail  factory" in bad.stdout
+    bad = run_check("dlpack.tests.broken_producers:BrokenExchange", timeout=120)
+    assert bad.returncode == 1 and "fail  exchange-api" in bad.stdout
+    allowed = run_check("--allow-fail", "exchange-api", "--allow-fail", "basic-export",
+                        "dlpack.tests.broken_producers:BrokenExchange", timeout=120)
+    assert allowed.returncode == 0, allowed.stdout
+    assert "(allowed failure, --allow-fail)" in allowed.stdout
+    assert allowed.stdout.splitlines()[-1] == "  2 rules failed, each allowed by --allow-fail"
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("nosuchmodule:f", ["ModuleNotFoundError", "runs from", "on PYTHONPATH?"]),
+    ("dlpack.tests.broken_producers:NoSuchFactory", ["AttributeError", "NoSuchFactory"]),
+])
+def test_a_factory_that_cannot_be_imported_is_a_usage_error(spec, words):
+    """§12: a MODULE:FACTORY that does not import or resolve exits 2, as a consumer's does;
+    nothing is graded, and the message hints at the module path."""
+    run = run_check(spec, timeout=120)
+    assert run.returncode == 2 and run.stdout == "", run.stdout
+    for word in words:
+        assert word in run.stderr, run.stderr
+    data = json.loads(run_check("--json", "dlpack.tests.broken_producers:Producer", spec,
+                                timeout=120).stdout)
+    assert data["exit_status"] == 2 and spec in data["error"]
+
+
+def test_allow_fail_names_a_rule_of_the_checker_run():
+    """--allow-fail takes the rules of the direction graded: a consumer rule (hostile) for
+    producers is a usage error, as is a misspelt one."""
+    for args in (["--allow-fail", "hostile"], ["--consumer", "--allow-fail", "basic-export"],
+                 ["--allow-fail", "exchange_api"]):
+        run = run_check("--json", *args, "dlpack.tests.broken_producers:Producer", timeout=120)
+        assert run.returncode == 2, (args, run.stdout)
+        assert "no such" in json.loads(run.stdout)["error"]
 
 
 def test_every_shipped_factory_is_graded():

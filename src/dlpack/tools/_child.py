@@ -24,14 +24,24 @@ GRACE = 2.0            # seconds to read what an exited child wrote (a fork may 
 class Child:
     """``python ARGS...`` in a child process; use as a context manager (it holds the log)."""
 
-    def __init__(self, args: Sequence[str], env: Mapping[str, str], timeout: float) -> None:
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], timeout: float,
+                 stdin: str | None = None) -> None:
+        """``stdin``: text the child reads on its standard input, then end of file (none:
+        /dev/null); unlike its arguments and environment, /proc does not show it."""
         self.timeout = timeout
         self.timed_out = False          # True once lines() stopped it for its silence
         self._log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         self.process = subprocess.Popen(
             [sys.executable, *args], stdout=subprocess.PIPE, stderr=self._log,
-            stdin=subprocess.DEVNULL, env=dict(env), text=True, encoding="utf-8",
-            errors="replace")
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, env=dict(env),
+            text=True, encoding="utf-8", errors="replace")
+        if stdin is not None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.write(stdin)
+                self.process.stdin.close()
+            except BrokenPipeError:         # it died first: its exit status says how
+                pass
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 

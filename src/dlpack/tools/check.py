@@ -5,7 +5,8 @@ DLPack ABI and the array API (2023.12) that a consumer relies on is tried on rea
 with ``dlpack.ctypes`` and reported pass / fail / n/a with the evidence. Rules are functions
 registered with ``@RULES.rule`` below, in the order they run, then the Arrow rules of
 ``check_arrow``; ``basic-export`` comes first and the others need its plain export to have
-worked. The grading machinery the consumer checker shares is in ``_grading``.
+worked. The grading machinery the consumer checker shares is in ``_grading``, the command line
+of both in ``check_cli``.
 
 Each producer is graded in a child process (``_grading.check_isolated``): a producer that
 crashes its consumer fails the rule that was running ("the producer crashed a consumer: signal
@@ -23,11 +24,9 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import json
 import operator
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 import dlpack._capsule_api as _capi
@@ -40,9 +39,7 @@ from dlpack._types import (
     DLDataTypeCode,
     DLDeviceType,
 )
-from dlpack.tools import check_arrow, check_consumer
-from dlpack.tools._cli import JsonArgumentParser, terminal_width
-from dlpack.tools._cli import wrap as _wrap
+from dlpack.tools import check_arrow
 from dlpack.tools._grading import (
     CAPSULE,
     LEGACY,
@@ -54,16 +51,15 @@ from dlpack.tools._grading import (
     Suite,
     Trampoline,
     capsule_name,
-    check_isolated,
-    load_error,
-    render_result,
-    verdict,
+    compact,
+    named,
+    raised,
+    said,
     what,
     worker_main,
 )
 from dlpack.tools._memory import readable
 
-SCHEMA = "pydlpack-check/1"
 USED = {VERSIONED: b"used_dltensor_versioned", LEGACY: b"used_dltensor"}
 KNOWN_FLAGS = FLAG_BITMASK_READ_ONLY | FLAG_BITMASK_IS_COPIED | FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
 _CallDeleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)     # the producer's, with the GIL held
@@ -110,11 +106,7 @@ def _dtype_name(t: dlc.DLTensor) -> str:
 def _describe(t: dlc.DLTensor) -> dict:
     """The fields of a DLTensor that two exports of the same array must agree on."""
     shape = [t.shape[i] for i in range(t.ndim)]
-    strides = [t.strides[i] for i in range(t.ndim)] if t.strides else None
-    if strides is None:                                   # compact row-major
-        strides, step = [0] * t.ndim, 1
-        for i in reversed(range(t.ndim)):
-            strides[i], step = step, step * shape[i]
+    strides = [t.strides[i] for i in range(t.ndim)] if t.strides else list(compact(shape))
     return {"address": (t.data or 0) + t.byte_offset, "device": (t.device.device_type,
             t.device.device_id), "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes),
             "shape": shape, "strides": strides}
@@ -239,7 +231,7 @@ class Subject:
         try:
             device = self.obj.__dlpack_device__()
         except Exception as e:
-            raise Fail(f"__dlpack_device__() raised {type(e).__name__}: {e}") from None
+            raise Fail(f"__dlpack_device__() raised {raised(e)}") from None
         if not isinstance(device, (tuple, list)) or len(device) != 2:
             raise Fail(f"__dlpack_device__() returned {what(device)}, not a "
                        "(device_type, device_id) pair of ints")
@@ -287,9 +279,9 @@ def basic_export(s: Subject) -> str:
             try:
                 first = s.obj.__dlpack__()
             except Exception as e:
-                s.refusal = f"{type(e).__name__}: {e}"
+                s.refusal = raised(e)
         except Exception as e:
-            s.refusal = f"{type(e).__name__}: {e}"
+            s.refusal = raised(e)
         if s.refusal is not None:
             raise Fail(f"{asked} raised {s.refusal}: a consumer gets no tensor. FACTORY must "
                        "return an object its producer exports (the exchange-api rule still "
@@ -357,7 +349,7 @@ def _asking(s: Subject, version: tuple[int, int]):
     except BufferError:
         raise
     except Exception as e:
-        raise Fail(f"max_version={version} raised {type(e).__name__}: {e}") from None
+        raise Fail(f"max_version={version} raised {raised(e)}") from None
 
 
 @RULES.rule("max-version")
@@ -380,7 +372,7 @@ def max_version(s: Subject) -> str:
     try:
         name, *_ = s.read(_asking(s, (0, 8)))
     except BufferError as e:
-        return "; ".join(seen) + f"; (0, 8) → BufferError ({e}): allowed for data a legacy " \
+        return "; ".join(seen) + f"; (0, 8) → BufferError ({said(e)}): allowed for data a legacy " \
             "capsule cannot describe"
     if name != LEGACY:
         raise Fail(f"max_version=(0, 8) gave {name!r}; major < 1 asks for 'dltensor'")
@@ -555,10 +547,12 @@ def device_copy(s: Subject) -> str:
     try:
         _, t, flags, _ = s.read(s.versioned(copy=True))
     except BufferError as e:
-        seen.append(f"copy=True refused with BufferError ({e})")
+        seen.append(f"copy=True refused with BufferError ({said(e)})")
     else:
         if _describe(t)["address"] == base["address"]:
-            raise Fail("copy=True returned the same memory")
+            raise Fail("copy=True returned the same memory: the array API asks for a new buffer "
+                       "the consumer owns; copy the data (and set IS_COPIED), or raise "
+                       "BufferError when the producer cannot copy")
         seen.append("copy=True gives new memory"
                     + (", IS_COPIED set" if flags & FLAG_BITMASK_IS_COPIED else
                        " (IS_COPIED not set)"))
@@ -569,8 +563,8 @@ def device_copy(s: Subject) -> str:
     except BufferError:
         seen.append(f"dl_device={elsewhere}, copy=False → BufferError")
     except Exception as e:
-        raise Fail(f"dl_device={elsewhere}, copy=False raised {type(e).__name__} "
-                   f"({e}); the array API asks for BufferError") from None
+        raise Fail(f"dl_device={elsewhere}, copy=False raised {named(e)} "
+                   f"({said(e)}); the array API asks for BufferError") from None
     else:
         raise Fail(f"dl_device={elsewhere}, copy=False did not raise: a device change "
                    "needs a copy")
@@ -597,7 +591,7 @@ def stream(s: Subject) -> str:
     try:
         s.versioned(stream=0)
     except (ValueError, BufferError, RuntimeError) as e:
-        return f"None, -1, 1 accepted; 0 refused ({type(e).__name__})"
+        return f"None, -1, 1 accepted; 0 refused ({named(e)})"
     raise Fail("stream=0 accepted; the array API disallows it (ambiguous)")
 
 
@@ -639,8 +633,8 @@ def exchange_api(s: Subject) -> str:
             raise RuntimeError(f"returned {status} with " + ("a tensor" if out else "no tensor"))
     except Exception as e:
         if s.refusal is not None:
-            return f"refuses as __dlpack__ does: {type(e).__name__} (__dlpack__: {s.refusal})"
-        raise Fail(f"managed_tensor_from_py_object_no_sync raised {type(e).__name__} ({e}) on "
+            return f"refuses as __dlpack__ does: {named(e)} (__dlpack__: {s.refusal})"
+        raise Fail(f"managed_tensor_from_py_object_no_sync raised {named(e)} ({said(e)}) on "
                    "an object __dlpack__ exports") from None
     m = _struct_at(_address_of(out), VERSIONED)
     if m.version.major != 1 or not _plausible(m.dl_tensor):
@@ -668,9 +662,6 @@ def exchange_api(s: Subject) -> str:
 
 PRODUCERS = Suite("dlpack.tools.check", (RULES, check_arrow.RULES), Subject,
                   "the producer crashed a consumer", "importing and calling FACTORY")
-# One column for the rule names of every report, producers' and consumers' alike.
-_COLUMN = max(len(name) for suite in (PRODUCERS, check_consumer.SUITE)
-              for name in [*suite.rules, suite.load_rule])
 
 
 def check(factory: Callable[[], object]) -> list[Result]:
@@ -679,73 +670,5 @@ def check(factory: Callable[[], object]) -> list[Result]:
     return [PRODUCERS.grade(s, name) for name in PRODUCERS.rules]
 
 
-# -- the command line ----------------------------------------------------------------------------
-
-def _epilog(width: int) -> str:
-    """--help's list of rules (producers', then consumers') and exit statuses, to ``width``."""
-    lines: list[str] = []
-    for title, suite in (
-            ("rules, in the order they run (docs/check.md says what each tries):", PRODUCERS),
-            ("--consumer MODULE:CALLABLE, CALLABLE(producer) returning an array, rules:",
-             check_consumer.SUITE)):
-        lines += ["", title] if lines else [title]
-        column = max(len(n) for n in suite.rules)
-        for name in suite.rules:
-            doc = (suite.registry(name)[name].grade.__doc__ or "").strip()
-            summary = " ".join(doc.split("\n\n")[0].split())     # the whole first paragraph
-            lines += _wrap(summary, width, " " * (column + 3), f"  {name:<{column}} ")
-    lines += ["", *_wrap("exit status: 0 every rule passed or does not apply; 1 a rule failed "
-                         "(or a factory could not be loaded or called); 2 usage error", width)]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dlpack check``: exit status 1 when a rule fails or the factory cannot run."""
-    width = terminal_width()
-    parser = JsonArgumentParser(
-        SCHEMA, "Grade a DLPack producer: FACTORY() returns an object with __dlpack__ (or a "
-        "capsule); each rule a consumer relies on is reported pass / fail / n/a with the "
-        "evidence. Each producer runs in a child process: one that crashes its consumer fails "
-        "the rule that was running.", width, prog="python -m dlpack check", epilog=_epilog(width))
-    parser.add_argument("factory", nargs="+", metavar="MODULE:FACTORY",
-                        help="e.g. dlpack.tools.producers:numpy")
-    parser.add_argument("--json", action="store_true",
-                        help="machine-readable output (schema in docs/check.md)")
-    parser.add_argument("--consumer", action="store_true",
-                        help="grade consumers instead: each MODULE:CALLABLE takes a producer "
-                        "and returns an array (numpy:from_dlpack; docs/check.md)")
-    args = parser.parse_args(argv)
-    malformed = [f for f in args.factory if not all(f.partition(":")[::2])]
-    if malformed:
-        parser.error(f"{', '.join(malformed)}: expected MODULE:FACTORY, a module and the name "
-                     "of a callable in it (e.g. dlpack.tools.producers:numpy)")
-    suite, key, head = PRODUCERS, "factory", "python -m dlpack check"
-    if args.consumer:
-        suite, key, head = check_consumer.SUITE, "consumer", f"{head} --consumer"
-        for spec in args.factory:         # a consumer that does not load is a usage error
-            error = load_error(spec)
-            if error:
-                parser.error(f"{spec}: {error}")
-    reports, status = [], 0
-    for spec in args.factory:
-        if not args.json:
-            print(f"{head} {spec}", flush=True)
-        results = []
-        for r in check_isolated(spec, suite):
-            results.append(r)
-            if not args.json:
-                print(render_result(r, width, _COLUMN), flush=True)
-        status |= any(r.status == "fail" for r in results)
-        reports.append({key: spec, "results": [asdict(r) for r in results]})
-        if not args.json:
-            print(verdict(results), flush=True)
-    if args.json:
-        print(json.dumps({"schema": SCHEMA, "reports": reports, "exit_status": status},
-                         indent=1, ensure_ascii=False))
-    return status
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        worker_main(sys.argv[2:], PRODUCERS)
-    sys.exit(main())
+    worker_main(sys.argv[1:], PRODUCERS)

@@ -36,6 +36,10 @@ from dlpack.tools._grading import (
     Suite,
     Trampoline,
     capsule_name,
+    compact,
+    named,
+    raised,
+    said,
     what,
     worker_main,
 )
@@ -83,14 +87,7 @@ class Layout:
     def expected(self) -> bytes:
         """The bytes, in C order, that a right import holds."""
         return _gather(lambda at, n: self.payload[at:at + n], self.offset + self.byte_offset,
-                       self.shape, self.strides or _compact(self.shape), self.itemsize)
-
-
-def _compact(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [0] * len(shape), 1
-    for i in reversed(range(len(shape))):
-        strides[i], step = step, step * shape[i]
-    return tuple(strides)
+                       self.shape, self.strides or compact(self.shape), self.itemsize)
 
 
 def _gather(read: Callable[[int, int], bytes], first: int, shape: tuple[int, ...],
@@ -258,17 +255,11 @@ class Seen:
     data: bytes | None = field(repr=False)     # C order; None off the CPU
 
 
-def _numpy_view(result: object) -> object:
-    import numpy
-
-    return numpy.asarray(result)
-
-
 def seen(result: object) -> Seen | None:
     """``asdlpack(result)`` (or of ``numpy.asarray(result)``) read; None where neither works."""
     from dlpack import asdlpack
 
-    for view in (lambda r: r, _numpy_view):
+    for view in (lambda r: r, lambda r: __import__("numpy").asarray(r)):
         try:
             o = asdlpack(view(result))
         except Exception:
@@ -304,15 +295,15 @@ class Consumer:
 
     def __init__(self, consume: Callable[[object], object]) -> None:
         self.consume = _in_this_process(consume)
-        self.usable = True          # every rule is graded, whatever basic-import found
+        self.usable = True          # until basic-import sees it import nothing (a copy is usable)
         self.zero_copy: bool | None = None
         self._alive: list = []
 
     def state(self) -> dict:
-        return {"zero_copy": self.zero_copy}
+        return {"zero_copy": self.zero_copy, "imports": self.usable}
 
-    def restore(self, state: dict) -> None:
-        self.zero_copy = state.get("zero_copy")
+    def restore(self, state: dict) -> None:     # a crash in basic-import leaves it usable
+        self.zero_copy, self.usable = state.get("zero_copy"), state.get("imports", True)
 
     def case(self, name: str, layout: Layout, *, must_refuse: bool = False) -> tuple[str, str]:
         """One import of ``layout``: ("ok" | "refused" | "wrong" | "unread", what was seen)."""
@@ -321,7 +312,7 @@ class Consumer:
         try:
             result = self.consume(probe)
         except Exception as e:
-            return "refused", type(e).__name__
+            return "refused", named(e)
         if must_refuse:
             self._alive.append(result)      # never read; dropped as the rule ends (grade)
             return "wrong", f"accepted, returned {what(result)}"
@@ -368,8 +359,15 @@ def basic_import(s: Consumer) -> str:
     try:
         result = s.consume(probe)
     except Exception as e:
-        raise Fail(f"raised {type(e).__name__}: {e}") from None
-    got = seen(result)
+        raise Fail(f"raised {raised(e)}") from None
+    asked = len(probe.calls)
+    got = None if result is probe else seen(result)     # a proxy asks the probe again
+    why = "the producer itself" if result is probe else "an object that exports by asking " \
+        "the producer again" if len(probe.calls) > asked else "" if asked or probe.exchanged \
+        else "without calling __dlpack__ or the exchange API"
+    if why:                          # what the checker would read back is not an import
+        s.usable = False
+        raise Fail(f"returned {what(result)}, {why}: nothing was imported")
     if got is None:
         raise NA(f"returned {what(result)}, which asdlpack (and numpy.asarray) cannot read")
     verdict, how = _compare(got, Layout(), probe)
@@ -379,7 +377,7 @@ def basic_import(s: Consumer) -> str:
     if not s.zero_copy:
         raise Fail(f"the values arrived, copied (at {got.address:#x}, not the tensor's "
                    f"{probe.first:#x}): DLPack is a zero-copy exchange")
-    return f"values right, same address (zero-copy); {type(result).__name__}"
+    return f"values right, same address (zero-copy); {named(result)}"
 
 
 def _called(s: Consumer) -> Probe:
@@ -388,7 +386,7 @@ def _called(s: Consumer) -> Probe:
     try:
         s.consume(probe)
     except Exception as e:
-        raise Fail(f"raised {type(e).__name__}: {e}") from None
+        raise Fail(f"raised {raised(e)}") from None
     if not probe.calls:
         raise NA("the consumer never called __dlpack__")
     return probe
@@ -410,8 +408,8 @@ def max_version(s: Consumer) -> str:
         result = s.consume(legacy)
     except Exception as e:
         raise Fail(f"max_version={tuple(asked)}; a producer whose __dlpack__ refuses the "
-                   f"keyword with TypeError (pre-2023.12) made it raise {type(e).__name__}: "
-                   f"{e} (the array API: retry without it)") from None
+                   f"keyword with TypeError (pre-2023.12) made it raise {raised(e)} "
+                   f"(the array API: retry without it)") from None
     got = seen(result)
     retried = [c for c in legacy.calls if "max_version" not in c]
     verdict = _compare(got, Layout(), legacy)[0] if got else "unread"
@@ -436,7 +434,7 @@ def capsule_consumed(s: Consumer) -> str:
         except Exception as e:
             given = "" if probe.layout.version else " (a producer that answers max_version " \
                 "with a 'dltensor' capsule, as the array API allows)"
-            raise Fail(f"raised {type(e).__name__}: {e}{given}") from None
+            raise Fail(f"raised {raised(e)}{given}") from None
         names = probe.names()
         if not names:
             raise NA("the consumer never called __dlpack__")
@@ -455,7 +453,7 @@ def deleter_once(s: Consumer) -> str:
     try:
         result = s.consume(probe)
     except Exception as e:
-        raise Fail(f"raised {type(e).__name__}: {e}") from None
+        raise Fail(f"raised {raised(e)}") from None
     got = seen(result)
     if probe.deleted:
         if got is not None and got.address == probe.first:
@@ -499,7 +497,7 @@ def _write(result: Any, ndim: int) -> str:
     try:
         result[(0,) * ndim] = WRITTEN
     except Exception as e:
-        return f"result[0, 0] = {WRITTEN} raised {type(e).__name__}"
+        return f"result[0, 0] = {WRITTEN} raised {named(e)}"
     return f"result[0, 0] = {WRITTEN} worked"
 
 
@@ -525,7 +523,7 @@ def read_only(s: Consumer) -> str:
     try:
         result = s.consume(probe)
     except Exception as e:
-        return f"refused ({type(e).__name__}: {e})"
+        return f"refused ({raised(e)})"
     wrote = _write(result, 2)
     if ctypes.string_at(probe.first, len(VALUES)) != VALUES:
         raise Fail(f"{wrote}, and the write reached the producer's read-only memory")
@@ -609,8 +607,9 @@ def device(s: Consumer) -> str:
         asked = [c["dl_device"] for c in probe.calls if c.get("dl_device") is not None]
         how = f"asked dl_device={tuple(asked[0])}: the producer's BufferError passed on" \
             if asked and not probe.capsules else "refused the CUDA capsule"
-        bufferror = "" if isinstance(e, BufferError) else "; the array API asks for BufferError"
-        return f"{how}: {type(e).__name__} ({e}){bufferror}"
+        bufferror = "" if issubclass(type(e), BufferError) else \
+            "; the array API asks for BufferError"
+        return f"{how}: {named(e)} ({said(e)}){bufferror}"
     got = seen(result)
     if got is not None and got.device == (2, 0):
         return "returned an array on CUDA 0"
@@ -680,8 +679,8 @@ def exchange_api(s: Consumer) -> str:
                 result = e
             if isinstance(probe, ExchangeProbe) and not probe.exchanged:
                 raise NA("never asked for __dlpack_c_exchange_api__ (it called __dlpack__)")
-            if isinstance(result, Exception):
-                outcomes.append(f"refused ({type(result).__name__})")
+            if issubclass(type(result), Exception):
+                outcomes.append(f"refused ({named(result)})")
                 continue
             got = seen(result)
             verdict, how = _compare(got, layout, probe) if got else ("unread", "")
@@ -700,5 +699,4 @@ SUITE = Suite("dlpack.tools.check_consumer", (RULES,), Consumer, "the consumer c
               "importing CALLABLE", load_rule="consumer", who="consumer")
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        worker_main(sys.argv[2:], SUITE)
+    worker_main(sys.argv[1:], SUITE)
