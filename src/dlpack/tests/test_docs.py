@@ -1,8 +1,8 @@
-"""The ``>>>`` examples of README.md and docs/*.md run and give the output shown (the docs are
-output: spec §1). Each example block (examples not parted by prose) runs in fresh globals; a
-block that imports a library not installed here is skipped, naming it. The docs are found in
-the checkout the package runs from, or in the one ``PYDLPACK_DOCS`` names (CI tests the
-installed package so); without either the module skips."""
+"""The ``>>>`` examples of README.md, docs/*.md and docs/guide/*.md run and give the output
+shown (the docs are output: spec §1). Each example block (examples not parted by prose) runs in
+fresh globals; a block that imports a library not installed here is skipped, naming it. The
+docs are found in the checkout the package runs from, or in the one ``PYDLPACK_DOCS`` names (CI
+tests the installed package so); without either the module skips."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _documents() -> list[Path]:
     if not (ROOT / "pyproject.toml").is_file() or 'name = "pydlpack"' not in \
             (ROOT / "pyproject.toml").read_text():
         return []
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 
 
 def _blocks(path: Path) -> list[tuple[int, list[doctest.Example]]]:
@@ -95,3 +96,22 @@ def test_blocks_of_absent_libraries_are_skipped():
              doctest.Example("from no_such_lib_b.sub import x\n", ""),
              doctest.Example("import torch.utils\n", "")]
     assert _missing(block)[:2] == ["no_such_lib_a", "no_such_lib_b"]
+
+
+def test_troubleshooting_quotes_the_missing_driver_message():
+    """docs/guide/troubleshooting.md's CUDA-driver message is the one raised when libcuda
+    cannot be loaded (here: a driver path that does not exist)."""
+    page = ROOT / "docs" / "guide" / "troubleshooting.md"
+    if not page.is_file():
+        pytest.skip("no docs here: pydlpack installed without its checkout")
+    quoted = re.search(r"```text\n(CUDA driver: .*)\n```", page.read_text()).group(1)
+    from dlpack import _core
+
+    missing = "libcuda-not-here.so.1"
+    _core._cuda_driver(None, missing)
+    try:
+        with pytest.raises(dlpack.CudaError) as e:
+            dlpack.asdlpack(bytearray(8)).__dlpack__(dl_device=(2, 0))
+    finally:
+        _core._cuda_driver(None)
+    assert str(e.value).replace(missing, "libcuda.so.1") == quoted
