@@ -11,7 +11,7 @@ if sys.version_info >= (3, 13):
 else:
     from typing_extensions import deprecated
 
-from dlpack._types import DLDeviceType, DType
+from dlpack._types import DLDeviceType, DLPackError, DType
 
 @final
 class DLPackObject:
@@ -83,7 +83,7 @@ class DLPackObject:
     # needs nothing of the object, so it has no __release_buffer__.
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-class CudaError(BufferError):
+class CudaError(DLPackError):
     """A CUDA driver call failed, or there is no driver."""
 
 @overload

@@ -43,7 +43,8 @@ LEAKS = ("unhashable", "chr()", "index out of range", "too large to convert", "E
 
 @dataclass(frozen=True)
 class Raises:
-    """The case raises one of ``types``; each of ``words`` (or one of a tuple's) is in the text."""
+    """The case raises one of ``types`` (a subclass counts: pydlpack's DLPackError is a
+    BufferError); each of ``words`` (or one of a tuple's) is in the text."""
 
     types: tuple[str, ...]
     words: tuple[str | tuple[str, ...], ...] = ()
@@ -3254,7 +3255,7 @@ def _outcome(case: Case) -> dict:
         value = case.run()
         out["value"] = json.loads(json.dumps(value, default=repr))
     except BaseException as e:   # the corpus reports every exception, the parent judges it
-        out["exc"] = type(e).__name__
+        out["exc"] = [c.__name__ for c in type(e).__mro__]    # its class, then its bases
         out["msg"] = str(e)
         del e
     if case.after is not None:

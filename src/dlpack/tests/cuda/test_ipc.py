@@ -179,7 +179,7 @@ def test_pydlpacks_own_device_copy_and_a_sender_gone(fake, pool):
     del dl, capsule                               # the sender frees its copy (cuMemFree)
     gc.collect()
     error, _ = child(pool, fake, load_error, payload)
-    assert error[0] == "BufferError" and "field 'handle'" in error[1]
+    assert error[0] == "DLPackError" and "field 'handle'" in error[1]
     assert "CUDA_ERROR_INVALID_HANDLE" in error[1] and "cuda_pickle='copy'" in error[1]
 
 
@@ -194,7 +194,7 @@ def test_a_receiver_without_the_driver_gets_a_clear_error(fake, pool):
     payload = pickle.dumps(dl)
     error, _ = child(pool, fake, load_without_driver, payload)
     # no libcuda here: the handle does not open; a real driver does not see the fake's GPU
-    assert error[0] == "BufferError" and ("field 'handle'" in error[1]
+    assert error[0] == "DLPackError" and ("field 'handle'" in error[1]
                                           or "field 'device'" in error[1])
     assert "cuda_pickle='copy'" in error[1]
 
@@ -429,7 +429,7 @@ def test_a_host_copy_that_cannot_load_names_a_cpu_copy_as_the_way_out(fake, pool
     assert "field 'device'" in error and "dl_device=(1, 0), copy=True" in error
     assert "cuda_pickle" not in error
     error, _ = child(pool, fake, load_without_driver, payload)
-    assert error[0] == "BufferError" and "field 'device'" in error[1]
+    assert error[0] == "DLPackError" and "field 'device'" in error[1]
     assert "dl_device=(1, 0), copy=True" in error[1]
 
 
