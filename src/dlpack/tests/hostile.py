@@ -3241,6 +3241,36 @@ for _register in (_register_device_bitmaps, _register_callbacks_while_refusing,
                   _register_unreachable_blank, _register_arrow_answers):
     _register()
 
+def _register_fourth_round_owners() -> None:
+    """from_address over an owner that exposes the memory holds that export (spec §2): the
+    owner cannot move the memory (bytearray) or unmap it (mmap) under the live view."""
+    g = "address"
+
+    def resized():
+        ba = bytearray(b"abcd" * 25)
+        dl = _from_address(address(ba), (100,), "uint8", owner=ba)
+        try:
+            ba.extend(b"x" * 2**20)
+        finally:
+            KEEP.append(bytes(memoryview(dl)[:4]))
+        return "resized"
+
+    def closed():
+        mm = mmap.mmap(-1, 4096)
+        mm[:4] = b"wxyz"
+        dl = _from_address(address(mm), (4,), "uint8", owner=mm)
+        try:
+            mm.close()
+        finally:
+            KEEP.append(bytes(memoryview(dl)))      # a read after an unmap faults
+        return "closed"
+
+    add(g, "owner-bytearray-resized", resized, buffer_error(("resize", "re-size")))
+    add(g, "owner-mmap-closed", closed, buffer_error("exported"))
+
+
+_register_fourth_round_owners()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 
