@@ -317,6 +317,16 @@ def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
         pickle.loads(payload)
 
 
+def test_todict_of_an_unpickled_object_says_how_it_came_as_its_repr_does(fake):
+    """todict reads a DLPackObject itself, not a view asdlpack makes of it: one made with
+    allow_legacy_readonly=True unpickles with that policy, and asdlpack(x) would be a new view
+    whose base is x, not how it came (spec §2, §11)."""
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None), allow_legacy_readonly=True)
+    back = pickle.loads(pickle.dumps(dl))
+    assert "pickled=same process" in repr(back)
+    assert todict(back)["pickled"] == "same process"
+
+
 def pickled_arguments():
     """This process's first pickle of device memory, as _rebuild_ipc's arguments."""
     dl = asdlpack(CAI(device_floats(fake_cuda.installed(), values=[7] * 6), shape=(6,),
@@ -487,7 +497,9 @@ def test_forged_handles_are_refused(fake, pool):
     assert "field 'offset'" in error and "past the 24-byte allocation" in error
     forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
     error, _ = child(pool, fake, rebuild_error, forged)
-    assert "reaches outside the 24-byte buffer" in error
+    # the pickle's own fields are named (it has no 'data')
+    assert "fields 'shape' = (3, 4) and 'strides' = (4, 1)" in error and "'data'" not in error
+    assert "field 'offset' = 0 reach outside the 24-byte allocation field 'handle'" in error
     forged = [*elsewhere[:9], bytes(64), *elsewhere[10:]]   # the memory opens, the event not
     error, _ = child(pool, fake, rebuild_error, forged)
     assert "field 'event'" in error and "cuIpcOpenEventHandle" in error
