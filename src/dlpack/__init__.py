@@ -13,6 +13,7 @@ from dlpack._types import (
     FLAG_BITMASK_READ_ONLY,
     DLDataTypeCode,
     DLDeviceType,
+    DLPackError,
     DType,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "CudaError",
     "DLDataTypeCode",
     "DLDeviceType",
+    "DLPackError",
     "DLPackObject",
     "DType",
     "__version__",

@@ -18,6 +18,7 @@ from dlpack._types import FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED as FLAG_BITMASK_IS
 from dlpack._types import FLAG_BITMASK_READ_ONLY as FLAG_BITMASK_READ_ONLY
 from dlpack._types import DLDataTypeCode as DLDataTypeCode
 from dlpack._types import DLDeviceType as DLDeviceType
+from dlpack._types import DLPackError as DLPackError
 from dlpack._types import DType as DType
 
 if sys.version_info >= (3, 13):
@@ -34,6 +35,7 @@ __all__ = [
     "CudaError",
     "DLDataTypeCode",
     "DLDeviceType",
+    "DLPackError",
     "DLPackObject",
     "DType",
     "__version__",

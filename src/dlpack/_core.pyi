@@ -11,7 +11,7 @@ if sys.version_info >= (3, 13):
 else:
     from typing_extensions import deprecated
 
-from dlpack._types import DLDeviceType, DType
+from dlpack._types import DLDeviceType, DLPackError, DType
 
 @final
 class DLPackObject:
@@ -83,7 +83,7 @@ class DLPackObject:
     # needs nothing of the object, so it has no __release_buffer__.
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
-class CudaError(BufferError):
+class CudaError(DLPackError):
     """A CUDA driver call failed, or there is no driver."""
 
 @overload
@@ -138,10 +138,7 @@ def _export_plan_of(
 ) -> tuple[str, str, str, str, bool, tuple[int, int]]: ...
 def _abi_layout() -> dict[str, Any]: ...
 def _ndarray_fast_path() -> bool: ...
-def _rebuild(
-    data: object, code: int, bits: int, lanes: int, shape: tuple[int, ...],
-    strides: tuple[int, ...], offset: int, flags: int,
-) -> DLPackObject: ...
+def _rebuild(*fields: object) -> DLPackObject: ...
 def _cuda_driver(symbols: dict[str, int] | None = None, path: str = "libcuda.so.1") -> str: ...
 def _cuda_copy_costs(
     call_bytes: int | None = None, chunk: int | None = None

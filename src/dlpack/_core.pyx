@@ -597,7 +597,7 @@ def todict(obj):
         return _dlpack_result_dict(capsule)
     version.major = DLPACK_MAJOR
     version.minor = DLPACK_MINOR
-    d = asdlpack(obj)
+    d = <DLPackObject>obj if type(obj) is DLPackObject else asdlpack(obj)   # its own base
     out = _tensor_dict(<const DLTensor *>&d.desc.dl, &version, d.desc.flags, "asdlpack")
     if type(d._base) is _Received:      # unpickled CUDA data: how it came (spec §11)
         out["pickled"] = (<_Received>d._base).how

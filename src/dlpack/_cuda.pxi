@@ -889,22 +889,31 @@ cdef _DeviceMemory _cu_alloc(int32_t device_id, size_t nbytes, uintptr_t stream=
     return mem
 
 
-cdef object _stream_index(object stream, str what):
+cdef object _stream_index(object stream, str what, bint argument):
     """The one rule for a stream argument's type: an int (NumPy's too) taken with __index__
-    before any comparison; bool and everything else refused, naming `what`."""
+    before any comparison; bool and everything else refused, naming `what`. An __index__
+    that raises other than TypeError makes no int either: the caller's argument is then a
+    TypeError, a provider's field a refusal, naming `what`, the error chained (spec §4)."""
     if type(stream) is bool:
         raise Refusal(f"{what} = {stream!r} is not None or an int")
     try:
         return PyNumber_Index(stream)
     except TypeError:
         raise Refusal(f"{what} = {stream!r} is not None or an int") from None
+    except Exception as e:
+        why = (f"{what}: a {type(stream).__name__} object whose __index__ raised "
+               f"{type(e).__name__}: {e}; ")
+        if argument:
+            raise TypeError(why + "pass None or an int") from e
+        raise Refusal(why + "it is not None or an int") from e
 
 
-cdef int _stream_int(object stream, str what, uintptr_t *out) except -1:
+cdef int _stream_int(object stream, str what, bint argument, uintptr_t *out) except -1:
     """A stream named by an int (NumPy's too): 1 and out set, or 0 for -1; `what` names the
-    argument in refusals. The value is taken with __index__ before any comparison, so an int
-    subclass whose == lies cannot pass 0 (ambiguous) as something else."""
-    value = _stream_index(stream, what)
+    argument in refusals (argument: the caller's, not a provider's field). The value is taken
+    with __index__ before any comparison, so an int subclass whose == lies cannot pass 0
+    (ambiguous) as something else."""
+    value = _stream_index(stream, what, argument)
     if value == -1:
         return 0
     if value == 0:
@@ -931,7 +940,7 @@ cdef int _consumer_stream(object stream, uintptr_t *out) except -1:
     if stream is None:
         out[0] = CU_STREAM_LEGACY
         return 1
-    return _stream_int(stream, "__dlpack__: stream", out)
+    return _stream_int(stream, "__dlpack__: stream", True, out)
 
 
 # -- stream ordering: a consumer after the producer's pending work (docs/spec.md §10) ----------
@@ -1033,7 +1042,8 @@ cdef object _provider_stream(DLPackObject self):
         stream = (<dict>cai).get("stream")
         if stream is None:
             return None
-        if _stream_index(stream, what) != 0 and _stream_int(stream, what, &handle):
+        if _stream_index(stream, what, False) != 0 and _stream_int(stream, what, False,
+                                                                   &handle):
             return handle
     self._sync_provider.__dlpack__(stream=CU_STREAM_LEGACY)
     return CU_STREAM_LEGACY

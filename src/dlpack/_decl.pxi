@@ -42,7 +42,8 @@ import threading as _threading
 from collections.abc import Mapping as _Mapping
 
 from dlpack import _types
-from dlpack._types import DLDeviceType, Refusal
+from dlpack._types import DLDeviceType
+from dlpack._types import DLPackError as Refusal   # pydlpack's own refusals (spec §7)
 
 cdef extern from "Python.h":
     enum:

@@ -224,6 +224,14 @@ cdef int _hold_buffer(DLPackObject self, object exporter, int flags, str protoco
     return 0
 
 
+cdef inline void _drop_buffer(DLPackObject self) noexcept:
+    """Give back at once the buffer _hold_buffer took, for a reader that finds it does not
+    need it (from_address over memory its owner does not expose)."""
+    if self._has_view:
+        self._has_view = False
+        PyBuffer_Release(<Py_buffer *>&self._view)
+
+
 cdef inline void _own_base(DLPackObject self, object base) noexcept:
     """The provider the view keeps alive (DLPackObject.base)."""
     self._base = base

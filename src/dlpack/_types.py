@@ -15,22 +15,16 @@ FLAG_BITMASK_IS_COPIED = 1 << 1
 FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 
-class Refusal(BufferError):
-    """pydlpack's own refusal: its message starts with the protocol it names.
+class DLPackError(BufferError):
+    """pydlpack's own refusal, a BufferError: the data, or a protocol's description of it, is
+    something DLPack cannot carry; the message starts with the protocol it names (spec §7).
 
-    asdlpack wraps a producer's error in one naming the protocol that raised it, and passes
-    one of these on as it is: the type says which is which, not the message's wording.
+    asdlpack wraps a producer's error in one of these naming the protocol that raised it, and
+    passes one pydlpack raised on as it is: the type says which is which, not the wording.
     """
 
-    def __reduce__(self) -> tuple:
-        # Pickled (a Dask or Ray worker's error) as what it shows itself as; subclasses as such.
-        return (BufferError if type(self) is Refusal else type(self)), self.args
 
-
-# Users see the exception they always saw (tracebacks, type names in messages, the hostile
-# corpus): a BufferError; only asdlpack's wrapping tells the two apart.
-Refusal.__module__ = "builtins"
-Refusal.__name__ = Refusal.__qualname__ = "BufferError"
+DLPackError.__module__ = "dlpack"      # where users import it from, and pickles find it
 
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
@@ -242,8 +236,8 @@ def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
             raise TypeError(f"{protocol}: dtype = {value!r:.80} has a field that is not an "
                             "int") from None
         if code not in _CODES or not 0 <= bits < 256 or not 0 <= lanes < 65536:
-            raise Refusal(f"{protocol}: dtype = {value!r} is not a DLPack type (code "
-                          "0 to 17, bits below 256, lanes below 65536)")
+            raise DLPackError(f"{protocol}: dtype = {value!r} is not a DLPack type (code "
+                              "0 to 17, bits below 256, lanes below 65536)")
         return code, bits, lanes, 0
     if isinstance(value, str):
         # Looked up as an exact str: a subclass's __hash__ and __eq__ would poison the cache
@@ -261,8 +255,8 @@ def dtype_fields(protocol: str, value: object) -> tuple[int, int, int, int]:
                             "'float32', a dlpack.DType or a NumPy dtype") from None
         if dt is not None:
             if dt.byteorder not in "=|" and dt.byteorder != NATIVE:
-                raise Refusal(f"{protocol}: dtype = {dt!r} is non-native byte order; "
-                              "byte-swap the data first")
+                raise DLPackError(f"{protocol}: dtype = {dt!r} is non-native byte order; "
+                                  "byte-swap the data first")
             code, bits, lanes = _named(protocol, dt.name)
             padded = bits < 8 and dt.itemsize == 1
             return code, bits, lanes, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if padded else 0
@@ -282,9 +276,9 @@ def _named(protocol: str, name: str) -> tuple[int, int, int]:
     if base in _BY_NAME and 0 < lanes < 65536:
         code, bits = _BY_NAME[base]
         return int(code), bits, lanes
-    raise Refusal(f"{protocol}: dtype = {name!r:.80} is not a type DLPack carries; use a "
-                  "name such as 'float32', 'int64', 'bool', 'complex64', 'bfloat16' or "
-                  "'float8_e4m3fn' (a dlpack.DType for anything else)")
+    raise DLPackError(f"{protocol}: dtype = {name!r:.80} is not a type DLPack carries; use a "
+                      "name such as 'float32', 'int64', 'bool', 'complex64', 'bfloat16' or "
+                      "'float8_e4m3fn' (a dlpack.DType for anything else)")
 
 
 @lru_cache(maxsize=4096)
@@ -299,7 +293,7 @@ def parse_typestr(protocol: str, typestr: object, name: str | None) -> tuple[int
     Raises BufferError naming the protocol, the field and the value when DLPack cannot carry it.
     """
     if type(typestr) is not str or (name is not None and type(name) is not str):
-        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as '<f4'")
+        raise DLPackError(f"{protocol}: field 'typestr' = {typestr!r} is not a str such as '<f4'")
     return _parse_typestr(protocol, typestr, name)
 
 
@@ -312,19 +306,19 @@ def _shown(typestr: str) -> str:
 def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, int, int]:
     if len(typestr) >= 2 and typestr[1] in _KIND_REJECT and not (typestr[1] == "V"
                                                                  and name in ML_DTYPES):
-        raise Refusal(f"{protocol}: field 'typestr' = {_shown(typestr)} is a "
-                      f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry; "
-                      f"{_KIND_WAY_OUT[typestr[1]]}")
+        raise DLPackError(f"{protocol}: field 'typestr' = {_shown(typestr)} is a "
+                          f"{_KIND_REJECT[typestr[1]]} type, which DLPack cannot carry; "
+                          f"{_KIND_WAY_OUT[typestr[1]]}")
     if len(typestr) < 3 or not (typestr[2:].isascii() and typestr[2:].isdigit()):
-        raise Refusal(f"{protocol}: field 'typestr' = {_shown(typestr)} is not of the form "
-                      "'<byte order><kind><item size>', e.g. '<f4'")
+        raise DLPackError(f"{protocol}: field 'typestr' = {_shown(typestr)} is not of the form "
+                          "'<byte order><kind><item size>', e.g. '<f4'")
     if len(typestr[2:].lstrip("0")) > _MAX_DIGITS:
-        raise Refusal(f"{protocol}: field 'typestr' = {_shown(typestr)} has an item size "
-                      "larger than any type")
+        raise DLPackError(f"{protocol}: field 'typestr' = {_shown(typestr)} has an item size "
+                          "larger than any type")
     order, kind, size = typestr[0], typestr[1], int(typestr[2:].lstrip("0") or "0")
     if order not in "<>|=":
-        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} has an unknown byte-order "
-                      f"character {order!r}")
+        raise DLPackError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown byte-order "
+                          f"character {order!r}")
     if kind in "Vf" and name in ML_DTYPES:      # name: a real ml_dtypes dtype said it
         code, bits = ML_DTYPES[name]
         if size * 8 == bits:
@@ -332,15 +326,15 @@ def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, 
         if bits < 8 and size == 1:
             return code, bits, FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
     if kind not in _KIND_CODE:
-        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} has an unknown kind {kind!r}")
+        raise DLPackError(f"{protocol}: field 'typestr' = {typestr!r} has an unknown kind {kind!r}")
     if size not in _KIND_WIDTHS[kind]:
         long_double = size in ((10, 12, 16) if kind == "f" else (20, 24, 32) if kind == "c" else ())
         what = "long double" if long_double else f"{size}-byte"
-        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} is a {what} "
-                      f"{'complex' if kind == 'c' else 'number'}, which DLPack cannot carry")
+        raise DLPackError(f"{protocol}: field 'typestr' = {typestr!r} is a {what} "
+                          f"{'complex' if kind == 'c' else 'number'}, which DLPack cannot carry")
     if size > 1 and order == ("<" if NATIVE == ">" else ">"):
-        raise Refusal(f"{protocol}: field 'typestr' = {typestr!r} is non-native byte order; "
-                      "byte-swap it first (e.g. numpy: a.astype(a.dtype.newbyteorder('=')))")
+        raise DLPackError(f"{protocol}: field 'typestr' = {typestr!r} is non-native byte order; "
+                          "byte-swap it first (e.g. numpy: a.astype(a.dtype.newbyteorder('=')))")
     return int(_KIND_CODE[kind]), size * 8, 0
 
 
@@ -352,8 +346,8 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
     the memory; ``.view(ml_dtypes.<name>)`` then gives the typed view.
     """
     if lanes != 1 or bits % 8:
-        raise Refusal(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
-                      "array-interface typestr (vector or sub-byte type)")
+        raise DLPackError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
+                          "array-interface typestr (vector or sub-byte type)")
     size = bits // 8
     kind = _CODE_KIND.get(code)
     order = "|" if size == 1 else NATIVE
@@ -364,7 +358,7 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
         why = (f"'{order}{kind}{size}' is this platform's long double, not IEEE binary128"
                if kind in "fc" and size in (16, 32) else
                f"'{order}{kind}{size}' is no NumPy type")
-        raise Refusal(f"__array_interface__: dtype {_name(code, bits, lanes)} has no exact "
-                      f"typestr ({why}); use __dlpack__")
+        raise DLPackError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no exact "
+                          f"typestr ({why}); use __dlpack__")
     typestr = f"|V{size}"
     return typestr, [(_name(code, bits, lanes), typestr)]

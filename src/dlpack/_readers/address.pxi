@@ -47,36 +47,35 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
 
 cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
     """Where owner exposes the buffer protocol and the address lies in the memory it exposes
-    (its first byte to one past its last), the elements described must fit in it (§2). An
-    owner that exposes nothing (or other memory) leaves the address the caller's promise."""
-    cdef Py_buffer view
+    (its first byte to one past its last), the elements described must fit in it, and that
+    export is held for the view's life: a bytearray cannot resize under it, nor an mmap close
+    (§2). An owner that exposes nothing (or other memory) leaves the address the caller's
+    promise, and nothing of it is held."""
     cdef int64_t lo = 0, hi = r.desc.layout.nbytes
     cdef Py_ssize_t i
+    cdef const Py_buffer *view = <const Py_buffer *>&r._view
     if r.desc.layout.count == 0 or owner is None or not PyObject_CheckBuffer(owner):
         return 0
     try:
-        PyObject_GetBuffer(owner, &view, PyBUF_FULL_RO)
+        _hold_buffer(r, owner, PyBUF_FULL_RO, "from_address", "owner", "")
     except Exception:
-        return 0
-    try:
-        if view.suboffsets != NULL:
-            return 0                    # indirect (PIL-style): no one range of memory
-        start = end = <uintptr_t>view.buf
-        if view.len > 0 and view.strides == NULL:
-            end = start + view.len
-        elif view.len > 0:
-            for i in range(view.ndim):
-                step = (<object>view.shape[i] - 1) * <object>view.strides[i]   # no C overflow
-                if step < 0:
-                    start += step
-                else:
-                    end += step
-            end += view.itemsize
-        what = f"({type(owner).__name__}, {end - start} bytes at {start:#x})"
-    finally:
-        PyBuffer_Release(&view)
+        return 0                        # no buffer to bound the view by, nor to hold
+    start = end = <uintptr_t>view.buf
+    if view.suboffsets != NULL:
+        end = None                      # indirect (PIL-style): no one range of memory
+    elif view.len > 0 and view.strides == NULL:
+        end = start + view.len
+    elif view.len > 0:
+        for i in range(view.ndim):
+            step = (<object>view.shape[i] - 1) * <object>view.strides[i]   # no C overflow
+            if step < 0:
+                start += step
+            else:
+                end += step
+        end += view.itemsize
     a = <uintptr_t>r.desc.dl.data
-    if not start <= a <= end:
+    if end is None or not start <= a <= end:
+        _drop_buffer(r)
         return 0
     if not r.desc.layout.c_contig:
         _span(r, &lo, &hi)
@@ -85,7 +84,8 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
                 else f"{start - a - lo} bytes before the start")
         raise Refusal(f"from_address: the array (shape {r.shape}, strides {r.strides} "
                       f"elements of {r.desc.layout.itemsize} bytes) spans bytes {lo} to {hi} from "
-                      f"address {a:#x}: {over} of the memory owner exposes {what}"
+                      f"address {a:#x}: {over} of the memory owner exposes "
+                      f"({type(owner).__name__}, {end - start} bytes at {start:#x})"
                       + ("; strides are in elements, not bytes" if strided else ""))
     return 0
 
@@ -102,7 +102,8 @@ def from_address(address, shape, dtype, *, owner, strides=None, bint readonly=Fa
     consumer see immutable data; ``device`` is ``(DLDeviceType, id)``, the host by default.
     Shape, strides and dtype are checked as every protocol's are (docs/spec.md §2, §7); when
     ``owner`` exposes the buffer protocol and the address lies in its memory, the elements must
-    fit in it; otherwise the address is your promise.
+    fit in it, and that buffer is held while the view lives (a bytearray cannot resize, an mmap
+    cannot close); otherwise the address is your promise.
     """
     cdef DLPackObject r
     cdef Py_ssize_t i, n

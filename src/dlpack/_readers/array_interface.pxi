@@ -185,9 +185,9 @@ cdef int _cai_device_and_stream(DLPackObject self, dict d) except -1:
     if not _cai_names_stream(d):
         _sync_on_stream(self, CU_STREAM_LEGACY)
     elif stream is not None:
-        if _stream_index(stream, what) == 0:
+        if _stream_index(stream, what, False) == 0:
             _sync_on_stream(self, CU_STREAM_LEGACY)
-        elif _stream_int(stream, what, &handle):
+        elif _stream_int(stream, what, False, &handle):
             _sync_on_stream(self, handle)
         else:
             raise Refusal("__cuda_array_interface__: field 'stream' = -1 is not a stream; "

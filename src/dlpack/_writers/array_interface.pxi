@@ -46,9 +46,12 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
     NumPy 2's ``copy`` (spec §5); NumPy is imported here, not before."""
     import numpy
     cdef bint cpu = _host_accessible(self.desc.dl.device.device_type)
+    modes = getattr(numpy, "_CopyMode", None)
     if isinstance(copy, str):
         raise ValueError(f"__array__: copy = {copy!r:.80} is a string; pass True, False or None")
-    if copy is not None:
+    if modes is not None and type(copy) is modes:   # as numpy.array reads them (spec §5)
+        copy = None if copy is modes.IF_NEEDED else copy is modes.ALWAYS
+    elif copy is not None:
         copy = bool(copy)               # NumPy's reading: np.False_ and 0 never copy
     if copy is False and not cpu:
         raise ValueError("__array__(copy=False): the data is on "
@@ -63,6 +66,8 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
         arr = numpy.asarray(_Interface(interface, self))
     else:
         arr = numpy.from_dlpack(self, device="cpu", copy=True)   # a host copy (spec §10)
+    if arr.dtype.kind == "V":
+        arr = _ml_typed(arr, self.dtype.name)
     if dtype is not None and numpy.dtype(dtype) != arr.dtype:
         if copy is False:
             raise ValueError(f"__array__(dtype={numpy.dtype(dtype)}, copy=False): the data is "
@@ -71,6 +76,19 @@ cdef object _to_ndarray(DLPackObject self, object dtype, object copy):
     if copy and cpu:
         return arr.copy()
     return arr
+
+
+cdef object _ml_typed(object arr, str name):
+    """An opaque ('V') array of an ML type (bfloat16, float8_*) as ml_dtypes' dtype of that
+    name, where ml_dtypes is importable (what the matrix reads them as); else as it is."""
+    if name not in _types.ML_DTYPES:
+        return arr
+    try:
+        import ml_dtypes
+    except ImportError:
+        return arr
+    t = getattr(ml_dtypes, name, None)
+    return arr if t is None else arr.view(t)
 
 
 cdef dict _cuda_array_interface(DLPackObject self):

@@ -387,7 +387,7 @@ cdef inline bint _in_place_on_host(int32_t device_type) noexcept nogil:
 
 cdef int _rocm_order(DLPackObject self, object stream) except -1:
     """ROCm data: only its __dlpack__ provider can order its own streams; -1 asks for nothing."""
-    value = _stream_index(stream, "__dlpack__: stream")
+    value = _stream_index(stream, "__dlpack__: stream", True)
     if value == -1:
         return 0
     if self.sync.kind != SYNC_PROVIDER:

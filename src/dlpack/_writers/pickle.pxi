@@ -12,6 +12,11 @@
 # NumPy's time as a copy, in 0.75x as its span (1.3x at 32 MiB).
 
 cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
+# The fields of each kind of pickle, in order, as refusals name them.
+cdef tuple _HOST_FIELDS = ("data", "code", "bits", "lanes", "shape", "strides", "offset", "flags")
+cdef tuple _COPY_FIELDS = ("kind", "device", "args")
+cdef tuple _IPC_FIELDS = ("handle", "offset", "device", "code", "bits", "lanes", "shape",
+                          "strides", "flags", "event", "pid", "token")
 
 
 @cython.final
@@ -115,12 +120,23 @@ cdef int64_t _field(object value, str name, int64_t low, int64_t high) except? -
     return value
 
 
-def _rebuild(data, code, bits, lanes, shape, strides, offset, flags):
-    """Unpickle a DLPackObject over ``data`` (the received buffer; it is not copied).
+cdef tuple _fields(tuple got, tuple names):
+    """A pickle's arguments, one per field of names: any other count is a corrupt or forged
+    pickle (BufferError naming the count and the fields), not a call's TypeError."""
+    if len(got) != len(names):
+        raise Refusal(f"pickle: {len(got)} fields where this pickle has {len(names)} "
+                      f"({', '.join(names)}); the pickle is corrupt or forged")
+    return got
+
+
+def _rebuild(*fields):
+    """Unpickle a DLPackObject over ``data`` (the received buffer; it is not copied) from
+    (data, code, bits, lanes, shape, strides, offset, flags).
 
     Every field is checked before use: a corrupt or forged pickle gives BufferError, and
     the elements must lie inside ``data``.
     """
+    data, code, bits, lanes, shape, strides, offset, flags = _fields(fields, _HOST_FIELDS)
     cdef DLPackObject r = _new_object()
     cdef _Pickled p
     cdef int64_t at
@@ -202,9 +218,10 @@ cdef tuple _PICKLE_MODES = ("ipc", "copy", "ipc_only")
 
 cdef int _pickle_mode(object mode) except -1:
     """asdlpack's cuda_pickle argument as a PICKLE_* value."""
-    if type(mode) is not str:
+    if not isinstance(mode, str):
         raise TypeError(f"asdlpack: cuda_pickle = {mode!r:.80} is not a str; pass one of "
                         f"{', '.join(_PICKLE_MODES)}")
+    mode = str.__str__(mode)            # a subclass by its characters: its __eq__ never runs
     for i, name in enumerate(_PICKLE_MODES):
         if mode == name:
             return i
@@ -399,10 +416,11 @@ cdef int32_t _ipc_ordinal(object uuid, str way_out) except -1:
     return ordinal
 
 
-def _rebuild_copy(kind, uuid, args):
+def _rebuild_copy(*fields):
     """Unpickle a host copy of CUDA data on its device kind, on the GPU with the sender's
-    UUID: device memory as a copy there, pinned and managed memory as new memory of that kind
-    holding the received bytes (strides kept)."""
+    UUID, from (kind, device UUID, _rebuild's fields): device memory as a copy there, pinned
+    and managed memory as new memory of that kind holding the received bytes (strides kept)."""
+    kind, uuid, args = _fields(fields, _COPY_FIELDS)
     cdef DLPackObject host, r
     cdef _HostKindMemory mem
     cdef int32_t ordinal
@@ -442,25 +460,43 @@ def _rebuild_copy(kind, uuid, args):
     return r
 
 
+cdef int _in_allocation(DLPackObject r, int64_t at, uint64_t size) except -1:
+    """An IPC pickle's elements, ``at`` bytes into the allocation its handle names, lie in its
+    ``size`` bytes; the refusal names the pickle's own fields."""
+    cdef int64_t lo = 0, hi = r.desc.layout.nbytes, end
+    if r.desc.layout.count == 0:
+        return 0
+    if not r.desc.layout.c_contig:
+        _span(r, &lo, &hi)
+    if at + lo < 0 or _add_ovf(at, hi, &end) or <uint64_t>end > size:
+        raise Refusal(f"pickle: fields 'shape' = {r.shape} and 'strides' = {r.strides} "
+                      f"(elements of {r.desc.layout.itemsize} bytes) from field 'offset' = "
+                      f"{at} reach outside the {size}-byte allocation field 'handle' names; "
+                      "the pickle is corrupt or forged")
+    return 0
+
+
 cdef inline uint64_t _received_flags(DLPackObject copy, DLPackObject host) noexcept:
     """A restored copy's flags: the copy's, read-only as the pickled data was."""
     return (copy.desc.flags & ~(<uint64_t>FLAG_READ_ONLY)) | (host.desc.flags & FLAG_READ_ONLY)
 
 
-def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
-                 token):
-    """Unpickle CUDA device memory sent as a handle: in the sending process the sender's own
-    memory (found by pid and token); elsewhere, a process of the sender's pid number in another
-    PID namespace included, the allocation mapped once per process, the view bounded by it,
-    ordered after the event the sender recorded (spec §10)."""
+def _rebuild_ipc(*fields):
+    """Unpickle CUDA device memory sent as a handle (_IPC_FIELDS): in the sending process the
+    sender's own memory (found by pid and token); elsewhere, a process of the sender's pid
+    number in another PID namespace included, the allocation mapped once per process, the view
+    bounded by it, ordered after the event the sender recorded (spec §10)."""
+    (handle, offset, uuid, code, bits, lanes, shape, strides, flags, event, pid,
+     token) = _fields(fields, _IPC_FIELDS)
     cdef DLPackObject r, sender
     cdef _Received received
     cdef _IpcMemory mem
     cdef _IpcEvent ev
     cdef _Pickled p
-    cdef int64_t at = _field(offset, "offset", 0, INT64_MAX)
+    cdef int64_t at
     cdef int32_t ordinal
     cdef bint own_pid
+    at = _field(offset, "offset", 0, INT64_MAX)
     _bytes_field(handle, "handle", CU_IPC_HANDLE_SIZE)
     _bytes_field(event, "event", CU_IPC_HANDLE_SIZE)
     _field(pid, "pid", 0, INT64_MAX)
@@ -507,9 +543,10 @@ def _rebuild_ipc(handle, offset, uuid, code, bits, lanes, shape, strides, flags,
         p.t.data = <void *>(mem.ptr + <uint64_t>at)
         p.t.device.device_type = kDLCUDA
         p.t.device.device_id = ordinal
-        r._describe_tensor(&p.t, p.flags, "pickle", at, mem.size)
+        r._describe_tensor(&p.t, p.flags, "pickle", -1, -1)
     finally:
         _pickled_free(&p)
+    _in_allocation(r, at, mem.size)
     _sync_by_event(r, ev.event)
     received = _received("ipc", mem, ev)
     received.handle, received.uuid, received.pid, received.token = handle, uuid, pid, token

@@ -43,7 +43,8 @@ LEAKS = ("unhashable", "chr()", "index out of range", "too large to convert", "E
 
 @dataclass(frozen=True)
 class Raises:
-    """The case raises one of ``types``; each of ``words`` (or one of a tuple's) is in the text."""
+    """The case raises one of ``types`` (a subclass counts: pydlpack's DLPackError is a
+    BufferError); each of ``words`` (or one of a tuple's) is in the text."""
 
     types: tuple[str, ...]
     words: tuple[str | tuple[str, ...], ...] = ()
@@ -3332,6 +3333,107 @@ def _register_fourth_round_checker() -> None:
 
 _register_fourth_round_checker()
 
+
+def _register_fourth_round_owners() -> None:
+    """from_address over an owner that exposes the memory holds that export (spec §2): the
+    owner cannot move the memory (bytearray) or unmap it (mmap) under the live view."""
+    g = "address"
+
+    def resized():
+        ba = bytearray(b"abcd" * 25)
+        dl = _from_address(address(ba), (100,), "uint8", owner=ba)
+        try:
+            ba.extend(b"x" * 2**20)
+        finally:
+            KEEP.append(bytes(memoryview(dl)[:4]))
+        return "resized"
+
+    def closed():
+        mm = mmap.mmap(-1, 4096)
+        mm[:4] = b"wxyz"
+        dl = _from_address(address(mm), (4,), "uint8", owner=mm)
+        try:
+            mm.close()
+        finally:
+            KEEP.append(bytes(memoryview(dl)))      # a read after an unmap faults
+        return "closed"
+
+    add(g, "owner-bytearray-resized", resized, buffer_error(("resize", "re-size")))
+    add(g, "owner-mmap-closed", closed, buffer_error("exported"))
+
+
+_register_fourth_round_owners()
+
+
+def _register_fourth_round_pickles() -> None:
+    """Forged pickles of every kind with another field count are refused as forged pickles
+    (BufferError naming the counts and fields), not as a call's TypeError; cuda_pickle reads a
+    str subclass by its characters, whatever its __eq__ says (spec §11)."""
+    g = "strides"
+
+    def rebuild(name, count):
+        from dlpack import _core
+
+        return getattr(_core, name)(*[0] * count)
+
+    for name, n, first in [("_rebuild", 8, "data"), ("_rebuild_copy", 3, "kind"),
+                           ("_rebuild_ipc", 12, "handle")]:
+        for count in (n - 1, n + 1):
+            add(g, f"{name}-{count}-fields", lambda a=name, c=count: rebuild(a, c),
+                buffer_error("pickle", f"{count} fields", f"has {n} ({first}, "))
+
+    class Lying(str):
+        def __eq__(self, other):
+            return False
+
+        __hash__ = str.__hash__
+
+    def lying_mode():
+        dl = asdlpack(b"ab", cuda_pickle=Lying("copy"))
+        return asdlpack(dl, cuda_pickle="copy") is dl
+
+    add(g, "cuda-pickle-lying-str-subclass", lying_mode, Gives(True))
+
+
+_register_fourth_round_pickles()
+
+
+def _register_fourth_round_streams() -> None:
+    """A stream whose __index__ raises (spec §4): the consumer's __dlpack__ argument is a
+    TypeError naming it, a provider's CAI field a BufferError naming the protocol; the
+    original error is chained either way."""
+    g = "streams"
+
+    class RaisingIndex:
+        def __index__(self):
+            raise ValueError("no index today")
+
+    def cai(fake, stream):
+        ptr = fake.device_array(bytes(8), device=0)
+        return Iface({"shape": (2,), "typestr": N + "f4", "data": (ptr, False), "version": 3,
+                      "stream": stream}, CAI)
+
+    def argument(fake):
+        dl = asdlpack(cai(fake, None))
+        try:
+            dl.__dlpack__(stream=RaisingIndex(), max_version=(1, 0))
+        except TypeError as e:
+            raise TypeError(f"{e} (cause {type(e.__cause__).__name__})") from None
+
+    def field(fake):
+        try:
+            asdlpack(cai(fake, RaisingIndex()))
+        except BufferError as e:
+            raise BufferError(f"{e} (cause {type(e.__cause__).__name__})") from None
+
+    add(g, "dlpack-stream-index-raises", _on_fake_cuda(argument),
+        type_error("__dlpack__: stream", "__index__ raised ValueError", "cause ValueError"))
+    add(g, "cai-stream-index-raises", _on_fake_cuda(field),
+        buffer_error(CAI, "field 'stream'", "__index__ raised ValueError", "cause ValueError"))
+
+
+_register_fourth_round_streams()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 
@@ -3346,7 +3448,7 @@ def _outcome(case: Case) -> dict:
         value = case.run()
         out["value"] = json.loads(json.dumps(value, default=repr))
     except BaseException as e:   # the corpus reports every exception, the parent judges it
-        out["exc"] = type(e).__name__
+        out["exc"] = [c.__name__ for c in type(e).__mro__]    # its class, then its bases
         out["msg"] = str(e)
         del e
     if case.after is not None:

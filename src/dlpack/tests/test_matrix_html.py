@@ -332,6 +332,21 @@ def test_cli_html_usage_errors(tmp_path):
     assert run.returncode == 2 and json.loads(run.stdout)["exit_status"] == 2
     run = run_cli("--html", "-", "--markdown")
     assert run.returncode == 2 and "not allowed with argument --markdown" in run.stderr
+    run = run_cli("--html", "", "--provider", "bytes")     # no FILE: not the text report
+    assert run.returncode == 2 and "name the page's FILE" in run.stderr and run.stdout == ""
+    run = run_cli("--html", "", "--json")
+    assert run.returncode == 2 and json.loads(run.stdout)["exit_status"] == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_cli_html_write_failure_after_the_run_is_a_usage_error():
+    """A FILE that passes the check before the run but cannot take the page (a full disk;
+    /dev/full) exits 2 naming the file and the OS's reason, not the run's status (spec §9)."""
+    run = run_cli("--html", "/dev/full", "--provider", "bytes", "--consumer", "memoryview",
+                  "--dtype", "uint8")
+    text = " ".join(run.stderr.split())
+    assert run.returncode == 2 and "'/dev/full': cannot write the page" in text, text
+    assert "No space left" in text and "wrote" not in text
 
 
 def chromium() -> str:

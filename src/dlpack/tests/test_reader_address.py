@@ -253,3 +253,35 @@ def test_device_is_read_by_the_one_pair_reader_of_dl_device():
         dl.__dlpack__(dl_device=iter((1, 0)))
     with pytest.raises(BufferError, match="names no device"):
         dl.__dlpack__(dl_device=(1, 2**40))
+
+
+def test_the_owners_buffer_is_held_while_the_view_lives():
+    """§2: an owner exposing the memory the view spans has that export held for the view's
+    life, as the buffer reader holds it: a bytearray cannot resize (its memory would move
+    under the view), an mmap cannot close (a read would fault); both can once the view dies.
+    Memory the owner does not expose holds nothing of it."""
+    import mmap
+
+    ba = bytearray(b"abcd" * 25)
+    dl = from_address(ctypes.addressof(ctypes.c_char.from_buffer(ba)), (100,), "uint8",
+                      owner=ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"x" * 2**20)
+    assert bytes(memoryview(dl)[:4]) == b"abcd"
+    del dl
+    gc.collect()
+    ba.extend(b"x" * 2**20)
+    mm = mmap.mmap(-1, 4096)
+    mm[:4] = b"wxyz"
+    dl = from_address(ctypes.addressof(ctypes.c_char.from_buffer(mm)), (4,), "uint8", owner=mm)
+    with pytest.raises(BufferError):
+        mm.close()
+    assert bytes(memoryview(dl)) == b"wxyz"
+    del dl
+    gc.collect()
+    mm.close()
+    buf = (ctypes.c_float * 2)()
+    other = bytearray(4)
+    dl = from_address(ctypes.addressof(buf), (2,), "float32", owner=other)
+    other.extend(b"x" * 64)            # not the view's memory: not held
+    assert dl.base is other

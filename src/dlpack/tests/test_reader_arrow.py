@@ -810,8 +810,8 @@ def test_an_arrow_reading_that_disagrees_is_a_refusal_listed_with_the_others():
         asdlpack(_TypedThenArrow())
     text = str(e.value)
     assert text.startswith("asdlpack: every protocol that _TypedThenArrow speaks refused:")
-    assert "__array_interface__: BufferError: __array_interface__: field 'mask'" in text
-    assert ("Arrow PyCapsule interface: BufferError: Arrow PyCapsule interface: would give "
+    assert "__array_interface__: DLPackError: __array_interface__: field 'mask'" in text
+    assert ("Arrow PyCapsule interface: DLPackError: Arrow PyCapsule interface: would give "
             "the elements as int32, but __array_interface__ typed them as 'typestr' = '<f4'"
             in text)
 

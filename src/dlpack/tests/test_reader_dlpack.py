@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dlpack import DLPackObject, asdlpack, todict
+from dlpack import DLPackError, DLPackObject, asdlpack, todict
 from dlpack.tests.helpers import CONSUMERS, capsule, check_exchange, lib
 
 np = lib("numpy")
@@ -340,10 +340,10 @@ def test_producer_error_wrapped_by_type_not_wording():
     with pytest.raises(BufferError) as info:
         asdlpack(Mimic())
     assert str(info.value) == "__dlpack__: BufferError: __array_interface__: looks like pydlpack's"
-    assert type(info.value).__name__ == "BufferError"
+    assert type(info.value) is DLPackError and type(info.value.__cause__) is BufferError
     with pytest.raises(BufferError) as info:
         asdlpack(Nested())
-    assert str(info.value).startswith("__dlpack__: ") and ": BufferError:" not in str(info.value)
+    assert str(info.value).startswith("__dlpack__: ") and "Error:" not in str(info.value)
 
 
 def test_cuda_error_exported():
@@ -352,6 +352,25 @@ def test_cuda_error_exported():
 
     assert dlpack.CudaError is _core.CudaError and issubclass(dlpack.CudaError, BufferError)
     assert "CudaError" in dlpack.__all__
+
+
+def test_refusal_says_what_it_is():
+    """pydlpack's refusal is dlpack.DLPackError, a BufferError under its own name: what its
+    traceback prints is its class, BufferError is once in its MRO, and it pickles as itself
+    (spec §7)."""
+    import pickle
+
+    import dlpack
+
+    with pytest.raises(BufferError) as info:
+        asdlpack(b"ab").__dlpack__(dl_device=(99, 0))
+    e = info.value
+    assert type(e) is dlpack.DLPackError and "DLPackError" in dlpack.__all__
+    assert f"{type(e).__module__}.{type(e).__qualname__}" == "dlpack.DLPackError"
+    assert [c.__name__ for c in type(e).__mro__].count("BufferError") == 1
+    assert issubclass(dlpack.CudaError, dlpack.DLPackError)
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is dlpack.DLPackError and back.args == e.args
 
 
 @pytest.mark.parametrize("obj", [None, 5, "abc", [1, 2], {"a": 1}, object(), 3.5])

@@ -103,6 +103,36 @@ def test_array_method_reads_copy_as_numpy_does():
         dl.__array__(copy="yes")
 
 
+def test_array_method_reads_numpys_copy_modes_as_numpy_array_does():
+    """numpy._CopyMode (spec §5): ALWAYS copies, NEVER never does, IF_NEEDED is None (its
+    truth value raises ValueError, which __array__ must not pass on)."""
+    modes = getattr(np, "_CopyMode", None)
+    if modes is None:
+        pytest.skip("this NumPy has no _CopyMode")
+    a = np.arange(6, dtype=np.float32)
+    dl = asdlpack(a)
+    assert dl.__array__(copy=modes.IF_NEEDED).ctypes.data == a.ctypes.data
+    assert dl.__array__(np.float64, copy=modes.IF_NEEDED).tolist() == a.tolist()
+    assert dl.__array__(copy=modes.NEVER).ctypes.data == a.ctypes.data
+    with pytest.raises(ValueError, match="needs a copy"):
+        dl.__array__(np.float64, copy=modes.NEVER)
+    assert dl.__array__(copy=modes.ALWAYS).ctypes.data != a.ctypes.data
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_array_method_gives_ml_types_as_ml_dtypes(name):
+    """With ml_dtypes importable, __array__ of bfloat16/float8 data is that ml_dtypes dtype,
+    zero-copy (as the matrix reads them), so its dtype is no cast and others cast (spec §5)."""
+    ml = lib("ml_dtypes")
+    t = getattr(ml, name)
+    a = np.arange(4).astype(t)
+    dl = asdlpack(a)
+    got = dl.__array__()
+    assert got.dtype == np.dtype(t) and got.ctypes.data == a.ctypes.data
+    assert dl.__array__(dtype=t).ctypes.data == a.ctypes.data
+    assert dl.__array__(dtype=np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_array_method_feeds_pandas_zero_copy():
     """pandas asks ``len`` and ``__array__`` (else it iterates into float64 objects): a float32
     tensor stays float32 at the same address, read-only memory stays read-only."""

@@ -191,6 +191,37 @@ def test_forged_fields_raise_buffer_error(changes, match):
         _rebuild(*_forged(**changes))
 
 
+def test_a_pickle_with_another_field_count_is_refused_naming_it():
+    """Every kind of pickle (host, CUDA copy, CUDA IPC) refuses another number of fields as a
+    forged pickle (BufferError naming both counts and the fields), not as the call's
+    TypeError (spec §11); no driver is asked first."""
+    from dlpack import _core
+
+    for fn, n, first in [(_core._rebuild, 8, "data"), (_core._rebuild_copy, 3, "kind"),
+                         (_core._rebuild_ipc, 12, "handle")]:
+        for count in (0, n - 1, n + 1):
+            with pytest.raises(BufferError, match=rf"pickle: {count} fields where this "
+                                                  rf"pickle has {n} \({first}, "):
+                fn(*[0] * count)
+
+
+def test_cuda_pickle_takes_a_str_subclass_by_its_characters():
+    """cuda_pickle as dtype names are read (spec §11, §2): a str subclass by its characters,
+    whatever its __eq__ says; other types stay a TypeError."""
+    class Lying(str):
+        def __eq__(self, other):
+            return False
+
+        __hash__ = str.__hash__
+
+    dl = asdlpack(b"ab", cuda_pickle=Lying("copy"))
+    assert asdlpack(dl, cuda_pickle="copy") is dl       # the same mode: no new view
+    with pytest.raises(ValueError, match="is not one of"):
+        asdlpack(b"ab", cuda_pickle=Lying("nope"))
+    with pytest.raises(TypeError, match="is not a str"):
+        asdlpack(b"ab", cuda_pickle=b"ipc")
+
+
 def test_forged_stream_raises_buffer_error():
     class Forged:
         def __reduce__(self):

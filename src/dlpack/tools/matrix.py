@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --{flag} {', '.join(sorted(unknown))}; "
                          f"choose from {', '.join(allowed)}")
+    if args.html == "":
+        parser.error("--html '': name the page's FILE, or - for standard output")
     if args.html and (args.json or args.markdown):
         parser.error(f"argument --html: not allowed with argument "
                      f"{'--json' if args.json else '--markdown'}")
@@ -290,12 +292,15 @@ def _unwritable(path: str) -> str:
         return "it is a folder; name a file"
     if not os.path.isdir(folder):
         return f"its folder {folder} does not exist"
+    if os.path.exists(path):
+        return "" if os.access(path, os.W_OK) else "it exists and is not writable"
     return "" if os.access(folder, os.W_OK) else f"its folder {folder} is not writable"
 
 
 def _write_html(result: dict, path: str, width: int) -> int:
-    """--html: the page to ``path`` (``-``: standard output); the run's exit status, or 1 when
-    the file cannot be written."""
+    """--html: the page to ``path`` (``-``: standard output); the run's exit status, or 2 (a
+    FILE that cannot take the page, as the check before the run says) when writing fails there
+    — a full disk, ``/dev/full`` — which no check short of writing can foresee."""
     page = render_html(result)
     if path == "-":
         sys.stdout.write(page)
@@ -304,9 +309,10 @@ def _write_html(result: dict, path: str, width: int) -> int:
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)
     except OSError as e:
-        print("\n".join(_wrap(f"python -m dlpack: --html: {reason_of(e)}", width, "  ", "")),
-              file=sys.stderr)
-        return 1
+        print("\n".join(_wrap(f"python -m dlpack: --html {path!r}: cannot write the page: "
+                               f"{reason_of(e)}; the run's results are not saved", width, "  ",
+                               "")), file=sys.stderr)
+        return EXIT_USAGE
     print("\n".join(_wrap(f"python -m dlpack: wrote {path} ({len(result['cells'])} cells)",
                           width, "  ", "")), file=sys.stderr)
     return result["exit_status"]

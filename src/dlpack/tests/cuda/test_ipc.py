@@ -179,7 +179,7 @@ def test_pydlpacks_own_device_copy_and_a_sender_gone(fake, pool):
     del dl, capsule                               # the sender frees its copy (cuMemFree)
     gc.collect()
     error, _ = child(pool, fake, load_error, payload)
-    assert error[0] == "BufferError" and "field 'handle'" in error[1]
+    assert error[0] == "DLPackError" and "field 'handle'" in error[1]
     assert "CUDA_ERROR_INVALID_HANDLE" in error[1] and "cuda_pickle='copy'" in error[1]
 
 
@@ -194,7 +194,7 @@ def test_a_receiver_without_the_driver_gets_a_clear_error(fake, pool):
     payload = pickle.dumps(dl)
     error, _ = child(pool, fake, load_without_driver, payload)
     # no libcuda here: the handle does not open; a real driver does not see the fake's GPU
-    assert error[0] == "BufferError" and ("field 'handle'" in error[1]
+    assert error[0] == "DLPackError" and ("field 'handle'" in error[1]
                                           or "field 'device'" in error[1])
     assert "cuda_pickle='copy'" in error[1]
 
@@ -317,6 +317,16 @@ def test_same_process_gives_the_original_memory_and_needs_the_sender(fake):
         pickle.loads(payload)
 
 
+def test_todict_of_an_unpickled_object_says_how_it_came_as_its_repr_does(fake):
+    """todict reads a DLPackObject itself, not a view asdlpack makes of it: one made with
+    allow_legacy_readonly=True unpickles with that policy, and asdlpack(x) would be a new view
+    whose base is x, not how it came (spec §2, §11)."""
+    dl = asdlpack(CAI(device_floats(fake), shape=(6,), stream=None), allow_legacy_readonly=True)
+    back = pickle.loads(pickle.dumps(dl))
+    assert "pickled=same process" in repr(back)
+    assert todict(back)["pickled"] == "same process"
+
+
 def pickled_arguments():
     """This process's first pickle of device memory, as _rebuild_ipc's arguments."""
     dl = asdlpack(CAI(device_floats(fake_cuda.installed(), values=[7] * 6), shape=(6,),
@@ -429,7 +439,7 @@ def test_a_host_copy_that_cannot_load_names_a_cpu_copy_as_the_way_out(fake, pool
     assert "field 'device'" in error and "dl_device=(1, 0), copy=True" in error
     assert "cuda_pickle" not in error
     error, _ = child(pool, fake, load_without_driver, payload)
-    assert error[0] == "BufferError" and "field 'device'" in error[1]
+    assert error[0] == "DLPackError" and "field 'device'" in error[1]
     assert "dl_device=(1, 0), copy=True" in error[1]
 
 
@@ -487,7 +497,9 @@ def test_forged_handles_are_refused(fake, pool):
     assert "field 'offset'" in error and "past the 24-byte allocation" in error
     forged = [*args[:6], (3, 4), (4, 1), *args[8:]]   # 12 elements where 6 were sent
     error, _ = child(pool, fake, rebuild_error, forged)
-    assert "reaches outside the 24-byte buffer" in error
+    # the pickle's own fields are named (it has no 'data')
+    assert "fields 'shape' = (3, 4) and 'strides' = (4, 1)" in error and "'data'" not in error
+    assert "field 'offset' = 0 reach outside the 24-byte allocation field 'handle'" in error
     forged = [*elsewhere[:9], bytes(64), *elsewhere[10:]]   # the memory opens, the event not
     error, _ = child(pool, fake, rebuild_error, forged)
     assert "field 'event'" in error and "cuIpcOpenEventHandle" in error

@@ -94,3 +94,26 @@ def test_finding_cai_stream_takes_numpy_ints(fake):
     dl = asdlpack(CAI(fake.device_array(bytes(24)), stream=np.int64(side), shape=(6,)))
     assert dl.__cuda_array_interface__["stream"] == side
     assert type(dl.__cuda_array_interface__["stream"]) is int
+
+
+class RaisingIndex:
+    """A stream whose __index__ raises other than TypeError."""
+
+    def __index__(self):
+        raise ValueError("no index today")
+
+
+def test_a_stream_whose_index_raises_is_a_type_error_naming_the_argument(fake):
+    """spec §4: the consumer's stream argument whose __index__ raises is a TypeError naming
+    the argument and that error, chained, on every path that reads it (a host copy too); a
+    provider's CAI field so is a BufferError naming the protocol."""
+    dl = asdlpack(CAI(cuda_floats(fake, device=0), stream=7))
+    for kwargs in ({}, {"dl_device": (1, 0)}, {"dl_device": (2, 0)}):
+        with pytest.raises(TypeError, match=r"__dlpack__: stream: a RaisingIndex object whose "
+                                            r"__index__ raised ValueError: no index today") as e:
+            dl.__dlpack__(stream=RaisingIndex(), max_version=(1, 0), **kwargs)
+        assert type(e.value.__cause__) is ValueError
+    with pytest.raises(BufferError, match=r"__cuda_array_interface__: field 'stream': a "
+                                          r"RaisingIndex object whose __index__ raised") as e:
+        asdlpack(CAI(NOWHERE, stream=RaisingIndex()))
+    assert type(e.value.__cause__) is ValueError
