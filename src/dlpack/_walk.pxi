@@ -224,13 +224,14 @@ cdef object _numpy_column(object obj, type t, int *arrow, str name):
     no tensor protocol) whose values are NumPy's own (its dtype a numpy.dtype of a kind DLPack
     carries: bool, integer, float, complex): Arrow's view was a conversion (pandas makes each
     NaN a null, a bool bits), NumPy's is the values. True, or _MISSING."""
-    if not (_type_has(t, "__array__") and _type_has(t, "dtype")) or _tensor_type(t):
-        return _MISSING
-    np = sys.modules.get("numpy") if _arrow_type(t) else None
-    if np is None:                      # no Arrow method, or no NumPy dtype can exist yet
+    if (not (_type_has(t, "__array__") and _type_has(t, "dtype")) or _tensor_type(t)
+            or not _arrow_type(t)):
         return _MISSING
     dtype = obj.dtype
-    return True if isinstance(dtype, np.dtype) and dtype.kind in "biufc" else _MISSING
+    np = sys.modules.get("numpy")       # after dtype, which may be what imports NumPy
+    if np is None or not isinstance(dtype, np.dtype):
+        return _MISSING
+    return True if dtype.kind in "biufc" else _MISSING
 
 
 cdef DLPackObject _read_numpy_column(object obj, object value):
