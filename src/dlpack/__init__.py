@@ -54,6 +54,8 @@ _SUBMODULES = ("ctypes", "tools", "tests", "buffer", "capsule")   # attributes, 
 def __getattr__(name: str) -> object:
     """The submodules, imported when first asked for (``dlpack.ctypes`` without an import), and
     pydlpack 0.2.1's names, kept with a DeprecationWarning (docs/migration.md)."""
+    import sys
+
     if name.startswith("__"):  # tools probing for dunders need not load the legacy module
         raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
     import importlib
@@ -62,4 +64,4 @@ def __getattr__(name: str) -> object:
         return importlib.import_module(f"dlpack.{name}")
     legacy = importlib.import_module("dlpack._legacy")  # "from dlpack import" would recurse
 
-    return legacy.attribute(name)
+    return legacy.attribute(name, sys._getframe(1))     # the frame that asked

@@ -25,8 +25,15 @@ cdef dict _ARROW_NAMES = {
     "Z": "large_binary", "vz": "binary_view", "+l": "list", "+L": "large_list",
     "+vl": "list_view", "+vL": "large_list_view"}
 
-cdef str _FILL_NULL = ("DLPack has no nulls: fill them first (pc.fill_null(arr, value); Polars: "
-                       "series.fill_null(value); pandas: series.fillna(value))")
+# Nulls (§13.1): a NaN in a NumPy-backed column is a value and passes (§3); a missing value is
+# filled, or made NaN in a NumPy float dtype.
+cdef str _FILL_NULL = (
+    "DLPack has no nulls. A NaN is a value, not a null: a NumPy-backed column (pandas dtype "
+    "float32/float64) comes through with its NaN (a DataFrame's column: pass df[name], or "
+    "df[name].to_numpy() before pandas 3); real missing values (pd.NA, a nullable 'Float32'/"
+    "'Int64' or Arrow-backed dtype, an Arrow null) must be filled first (pc.fill_null(arr, "
+    "value); Polars: series.fill_null(value); pandas: series.fillna(value)) or become NaN in a "
+    "NumPy float dtype (pandas: series.astype('float64'))")
 
 
 cdef str _c_text(const char *p, size_t limit=64):

@@ -335,6 +335,12 @@ cdef class DLPackObject:
         (``jax.numpy.from_dlpack(dl.on_host())``; spec §10). CPU data is returned as it is."""
         return _on_host(self)
 
+    @property
+    def impl(self):
+        """pydlpack 0.2.1's internals, gone: reading it raises an AttributeError naming the way
+        out and docs/migration.md (a property: no cost to any other attribute's lookup)."""
+        raise _missing_attribute(self, "impl")
+
     def __repr__(self):
         ro = ", readonly" if self.desc.flags & FLAG_READ_ONLY else ""
         how = (f", pickled={(<_Received>self._base).how}" if type(self._base) is _Received

@@ -42,6 +42,7 @@ import threading as _threading
 from collections.abc import Mapping as _Mapping
 
 from dlpack import _types
+from dlpack._deprecated import missing_attribute as _missing_attribute
 from dlpack._types import DLDeviceType
 from dlpack._types import DLPackError as Refusal   # pydlpack's own refusals (spec §7)
 

@@ -10,12 +10,13 @@ per-protocol function forces that protocol, ``impl_cls`` chooses the capsule a p
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, ClassVar
 
 import dlpack._capsule_api as _capi
 import dlpack.ctypes as _dlc
 from dlpack._core import DLPackObject, _asdlpack_via
-from dlpack._deprecated import deprecated
+from dlpack._deprecated import deprecated, missing
 
 DLPACK_CAPSULE_VALID_NAME = b"dltensor"
 
@@ -107,6 +108,10 @@ class Buffer:
         self._view = view
         self._flags = flags
         self.pointer: int = _asdlpack_via(view, "buffer protocol").data_ptr
+
+    def __getattr__(self, name: str) -> Any:
+        """0.2.1's ``py_buffer`` (a ctypes ``Py_buffer``) is gone: its error says where to."""
+        raise missing("Buffer", name, self)
 
     @property
     def ndim(self) -> int:
@@ -261,11 +266,10 @@ _SHIMS = {       # 0.2.1's name -> the shim here (each warns when used)
     "Buffer": Buffer,
     "_get_strides": _get_strides,
 }
-_REMOVED = ("MemoryManager", "DLManagedTensorImpl", "DLStructure")
-
-
-def attribute(name: str) -> object:
-    """``dlpack.NAME`` for a pydlpack 0.2.1 name (module ``__getattr__``); AttributeError else."""
+def attribute(name: str, frame: FrameType | None = None) -> object:
+    """``dlpack.NAME`` for a pydlpack 0.2.1 name (module ``__getattr__``, asked from frame); a
+    gone one's error names docs/migration.md (an ImportError in a from-import); AttributeError
+    else."""
     if name in _SHIMS:
         return _SHIMS[name]
     if name in _ALIASES:
@@ -274,8 +278,4 @@ def attribute(name: str) -> object:
     if name in ("PyBUF_RECORDS_RO", "DLPACK_CAPSULE_VALID_NAME"):
         deprecated(f"dlpack.{name}", "its value" if name[0] == "P" else "b'dltensor'", 4)
         return globals()[name]
-    if name in _REMOVED:
-        raise AttributeError(f"dlpack.{name} was pydlpack 0.2.1's internal machinery (raw "
-                             "pointers handed out by hand) and is gone in 1.0; see "
-                             "docs/migration.md")
-    raise AttributeError(f"module 'dlpack' has no attribute {name!r}")
+    raise missing("dlpack", name, frame=frame)

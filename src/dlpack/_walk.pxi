@@ -219,6 +219,31 @@ cdef bint _tensor_type(type t) noexcept:
             or _type_has(t, "__cuda_array_interface__") or _type_has(t, "__array_struct__"))
 
 
+cdef object _numpy_column(object obj, type t, int *arrow, str name):
+    """A column Arrow refused (it offers Arrow's view of its values and NumPy's, __array__, and
+    no tensor protocol) whose values are NumPy's own (its dtype a numpy.dtype of a kind DLPack
+    carries: bool, integer, float, complex): Arrow's view was a conversion (pandas makes each
+    NaN a null, a bool bits), NumPy's is the values. True, or _MISSING."""
+    if (not (_type_has(t, "__array__") and _type_has(t, "dtype")) or _tensor_type(t)
+            or not _arrow_type(t)):
+        return _MISSING
+    dtype = obj.dtype
+    np = sys.modules.get("numpy")       # after dtype, which may be what imports NumPy
+    if np is None or not isinstance(dtype, np.dtype):
+        return _MISSING
+    return True if dtype.kind in "biufc" else _MISSING
+
+
+cdef DLPackObject _read_numpy_column(object obj, object value):
+    """The column's values as NumPy views them, __array__(copy=False) (NumPy's contract: the
+    values themselves, or an error), read as the ndarray they are (base: that ndarray)."""
+    values = obj.__array__(copy=False)
+    if not isinstance(values, sys.modules["numpy"].ndarray):
+        raise Refusal(f"__array__(copy=False) of {_text(type(obj).__qualname__)} gave a "
+                      f"{_text(type(values).__qualname__)}, not a numpy.ndarray")
+    return _asdlpack(values, False, False, -1)
+
+
 cdef object _arrow_first(object obj, type t, int *arrow, str name):
     """A type with Arrow methods and no tensor protocol is read through Arrow before any
     instance lookup of the tensor protocols (§13.1; _type_has): the methods, or _MISSING.
@@ -305,17 +330,18 @@ cdef DLPackObject _read_pointer(object obj, object value):
 
 
 # docs/spec.md §3's order, as the walk asks it (DLPackObject itself is asdlpack's own test).
-#     protocol                     present-test   reader              replaces      final
-_step("DLPack capsule",            _is_capsule,   _read_capsule,      None,         True)
-_step("Arrow PyCapsule interface", _arrow_first,  _read_arrow,        "__dlpack__", False)
-_step("__dlpack_c_exchange_api__", _exchange_api, _from_exchange_api, None,         False)
-_step("__dlpack__",                _has_dlpack,   _read_dlpack,       None,         False)
-_step("__cuda_array_interface__",  _attribute,    _read_cuda_ai,      None,         False)
-_step("__array_interface__",       _attribute,    _read_ai,           None,         False)
-_step("__array_struct__",          _attribute,    _from_array_struct, None,         False)
-_step("Arrow PyCapsule interface", _arrow_after,  _read_arrow,        "__dlpack__", False)
-_step("buffer protocol",           _has_buffer,   _read_buffer_step,  None,         False)
-_step("ctypes pointer",            _is_pointer,   _read_pointer,      None,         True)
+#     protocol                           present-test   reader              replaces      final
+_step("DLPack capsule",                  _is_capsule,   _read_capsule,      None,         True)
+_step("Arrow PyCapsule interface",       _arrow_first,  _read_arrow,        "__dlpack__", False)
+_step("__array__ (NumPy-backed column)", _numpy_column, _read_numpy_column, None,         False)
+_step("__dlpack_c_exchange_api__",       _exchange_api, _from_exchange_api, None,         False)
+_step("__dlpack__",                      _has_dlpack,   _read_dlpack,       None,         False)
+_step("__cuda_array_interface__",        _attribute,    _read_cuda_ai,      None,         False)
+_step("__array_interface__",             _attribute,    _read_ai,           None,         False)
+_step("__array_struct__",                _attribute,    _from_array_struct, None,         False)
+_step("Arrow PyCapsule interface",       _arrow_after,  _read_arrow,        "__dlpack__", False)
+_step("buffer protocol",                 _has_buffer,   _read_buffer_step,  None,         False)
+_step("ctypes pointer",                  _is_pointer,   _read_pointer,      None,         True)
 
 
 cdef DLPackObject _walk_protocols(object obj):

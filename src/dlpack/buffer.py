@@ -5,7 +5,9 @@
 """
 
 import ctypes
+import sys
 
+from dlpack._deprecated import missing
 from dlpack._legacy import (  # noqa: F401  (0.2.1's names)
     Buffer,
     PyBUF_ANY_CONTIGUOUS,
@@ -35,3 +37,8 @@ __all__ = ["Buffer"]
 deprecated("the module dlpack.buffer", "memoryview(obj), and asdlpack(obj).data_ptr for the "
            "address", 3)     # 3: the import statement (the import machinery's frames skipped)
 del deprecated
+
+
+def __getattr__(name: str) -> object:
+    """0.2.1's ``Py_Buffer`` is gone: its error (and a from-import's) names the way out."""
+    raise missing("dlpack.buffer", name, frame=sys._getframe(1))

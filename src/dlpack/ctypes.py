@@ -12,6 +12,7 @@ from typing import Any
 
 import dlpack._capsule_api as _capi
 from dlpack._core import DLPackObject, _export_address, asdlpack
+from dlpack._deprecated import missing
 from dlpack._types import (  # re-exported for C bindings (__all__)
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -45,19 +46,27 @@ __all__ = [
 ]
 
 
-class DLPackVersion(ctypes.Structure):
+class _Structure(ctypes.Structure):
+    """A DLPack structure: pydlpack 0.2.1's ``todict()`` method of its ``DLStructure`` base is
+    gone and says where to (docs/migration.md)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise missing("DLStructure", name, self)
+
+
+class DLPackVersion(_Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
 
 
-class DLDevice(ctypes.Structure):
+class DLDevice(_Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
 
-class DLDataType(ctypes.Structure):
+class DLDataType(_Structure):
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
-class DLTensor(ctypes.Structure):
+class DLTensor(_Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
         ("device", DLDevice),
@@ -69,11 +78,11 @@ class DLTensor(ctypes.Structure):
     ]
 
 
-class DLManagedTensor(ctypes.Structure):
+class DLManagedTensor(_Structure):
     pass
 
 
-class DLManagedTensorVersioned(ctypes.Structure):
+class DLManagedTensorVersioned(_Structure):
     pass
 
 

@@ -3434,6 +3434,66 @@ def _register_fourth_round_streams() -> None:
 
 _register_fourth_round_streams()
 
+
+def _register_fourth_round_numpy_column() -> None:
+    """A column that Arrow refuses and whose dtype is NumPy's is read through
+    __array__(copy=False) (spec §3): a dtype that raises, an __array__ that gives no ndarray or
+    raises, and one giving other elements than its dtype said, each refused or read as what
+    it gave."""
+    g = "numpy-column"
+
+    def column(dtype, array):
+        """An object speaking Arrow (which refuses) and __array__, with the given dtype."""
+        def stream(self, requested_schema=None):
+            raise ValueError("Arrow refuses")
+
+        return type("Column", (), {"dtype": property(dtype), "__array__": array,
+                                   "__arrow_c_stream__": stream})()
+
+    def np():
+        import numpy
+
+        return numpy
+
+    def dtype_raises():
+        def dtype(self):
+            raise RuntimeError("dtype raised")
+
+        return asdlpack(column(dtype, lambda self, dtype=None, copy=None: None))
+
+    add(g, "dtype-raises", dtype_raises,
+        buffer_error("Arrow refuses", "__array__ (NumPy-backed column)", "dtype raised"),
+        needs=("numpy",))
+
+    def gives_a_list():
+        return asdlpack(column(lambda self: np().dtype("float32"),
+                               lambda self, dtype=None, copy=None: [1.0, 2.0]))
+
+    add(g, "array-gives-a-list", gives_a_list, buffer_error("gave a list, not a numpy.ndarray"),
+        needs=("numpy",))
+
+    def copy_refused():
+        def array(self, dtype=None, copy=None):
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+
+        return asdlpack(column(lambda self: np().dtype("float64"), array))
+
+    add(g, "array-refuses-copy-false", copy_refused,
+        buffer_error("Arrow refuses", "Unable to avoid copy"), needs=("numpy",))
+
+    def other_elements():
+        """dtype says float64, __array__ gives int8: the ndarray's own elements are read."""
+        values = np().arange(3, dtype="int8")
+        dl = asdlpack(column(lambda self: np().dtype("float64"),
+                             lambda self, dtype=None, copy=None: values))
+        return [dl.dtype.name, memoryview(dl).tolist(), dl.data_ptr == values.ctypes.data]
+
+    add(g, "array-other-elements", other_elements, Gives(["int8", [0, 1, 2], True]),
+        needs=("numpy",))
+
+
+_register_fourth_round_numpy_column()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 

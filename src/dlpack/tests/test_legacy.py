@@ -224,12 +224,104 @@ def test_capsule_destructor_runs_once_without_reviving_the_capsule():
     assert not dlpack.Capsule._destructors
 
 
-def test_removed_internals_name_the_migration_guide():
-    for name in ("MemoryManager", "DLManagedTensorImpl", "DLStructure"):
-        with pytest.raises(AttributeError, match="migration"):
-            getattr(dlpack, name)
-    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+# Every public name pydlpack 0.2.1 had (its dlpack/__init__.py, buffer.py, capsule.py; not the
+# modules it imported for itself: atexit, warnings, its private _version), by where it lived.
+NAMES_0_2_1 = {
+    "dlpack": [
+        "__version__", "Buffer", "PyBUF_RECORDS_RO", "Capsule", "DLPACK_CAPSULE_VALID_NAME",
+        "DLStructure", "DLDeviceType", "DLDataTypeCode", "DLDevice", "DLDataType", "DLTensor",
+        "DLPackVersion", "DLManagedTensorVersioned", "DLManagedTensor", "MemoryManager",
+        "DLManagedTensorImpl", "DLPackObject", "_get_strides", "asdlpack_array_interface_v3",
+        "asdlpack_dlpack", "asdlpack_array_interface_v2", "asdlpack_cuda_array_interface",
+        "asdlpack_buffer", "asdlpack", "todict", "buffer", "capsule"],
+    "dlpack.buffer": [
+        "Buffer", "Py_ssize_t", "Py_Buffer", "PyBUF_WRITABLE", "PyBUF_FORMAT", "PyBUF_SIMPLE",
+        "PyBUF_ND", "PyBUF_STRIDES", "PyBUF_INDIRECT", "PyBUF_C_CONTIGUOUS",
+        "PyBUF_F_CONTIGUOUS", "PyBUF_ANY_CONTIGUOUS", "PyBUF_FULL", "PyBUF_FULL_RO",
+        "PyBUF_RECORDS", "PyBUF_RECORDS_RO", "PyBUF_STRIDED", "PyBUF_STRIDED_RO", "PyBUF_CONTIG",
+        "PyBUF_CONTIG_RO"],
+    "dlpack.capsule": ["Capsule", "PyCapsule", "PyCapsule_Destructor"],
+}
+ATTRIBUTES_0_2_1 = {        # the attributes of 0.2.1's kept classes' instances
+    "DLPackObject": (lambda: asdlpack(b"ab"), ["impl", "__dlpack__", "__dlpack_device__"]),
+    "Buffer": (lambda: dlpack.Buffer(b"ab"), ["py_buffer", "ndim", "shape", "strides",
+                                              "suboffsets", "itemsize", "pointer", "format"]),
+    "Capsule": (lambda: dlpack.Capsule(asdlpack(b"ab").__dlpack__()),
+                ["capsule", "new", "is_valid", "get_pointer", "set_pointer", "get_name",
+                 "set_name", "get_context", "set_context", "get_destructor",
+                 "set_destructor"]),
+    "DLStructure": (lambda: dlc.DLTensor(), ["todict"]),      # each structure's base
+    "DLDeviceType": (lambda: DLDeviceType.kDLCPU, ["label", "from_label", "value"]),
+    "DLDataTypeCode": (lambda: DLDataTypeCode.kDLFloat, ["label", "from_label", "value"]),
+}
+
+
+def names_the_way_out(e, where):
+    text = str(e)
+    assert where in text and "docs/migration.md" in text and "use " in text, text
+
+
+@pytest.mark.parametrize("module", sorted(NAMES_0_2_1))
+def test_every_0_2_1_name_works_or_says_where_it_went(module):
+    """Each of 0.2.1's module names is there (deprecated or not), or is gone with an
+    AttributeError, and a from-import with an ImportError, naming the way out and
+    docs/migration.md."""
+    import importlib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        mod = importlib.import_module(module)
+        gone = []
+        for name in NAMES_0_2_1[module]:
+            try:
+                getattr(mod, name)
+            except AttributeError as e:
+                names_the_way_out(e, f"{module}.{name}")
+                assert not hasattr(mod, name)
+                gone.append(name)
+                with pytest.raises(ImportError) as imported:
+                    exec(f"from {module} import {name}", {})
+                names_the_way_out(imported.value, f"{module}.{name}")
+                assert not isinstance(imported.value, AttributeError)
+            else:
+                exec(f"from {module} import {name}", {})
+    assert gone == {"dlpack": ["DLStructure", "MemoryManager", "DLManagedTensorImpl"],
+                    "dlpack.buffer": ["Py_Buffer"], "dlpack.capsule": []}[module]
+
+
+@pytest.mark.parametrize("owner", sorted(ATTRIBUTES_0_2_1))
+def test_every_0_2_1_attribute_works_or_says_where_it_went(owner):
+    make, names = ATTRIBUTES_0_2_1[owner]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        obj = make()
+        gone = []
+        for name in names:
+            try:
+                getattr(obj, name)
+            except AttributeError as e:
+                names_the_way_out(e, f"{owner}.{name}")
+                assert not hasattr(obj, name)
+                gone.append(name)
+    assert gone == {"DLPackObject": ["impl"], "Buffer": ["py_buffer"],
+                    "DLStructure": ["todict"]}.get(owner, [])
+
+
+def test_other_missing_names_keep_pythons_errors():
+    dl = asdlpack(b"ab")
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'") as e:
+        dl.nonsense  # noqa: B018
+    assert e.value.name == "nonsense" and e.value.obj is dl
+    with pytest.raises(AttributeError, match="module 'dlpack' has no attribute 'nonsense'"):
         dlpack.nonsense  # noqa: B018
+    with pytest.raises(ImportError, match="cannot import name 'nonsense'"):
+        exec("from dlpack import nonsense", {})
+    with pytest.raises(AttributeError, match="'DLTensor' object has no attribute 'nonsense'"):
+        dlc.DLTensor().nonsense  # noqa: B018
+    with pytest.warns(DeprecationWarning):
+        buffer = dlpack.Buffer(b"ab")
+    with pytest.raises(AttributeError, match="'Buffer' object has no attribute 'nonsense'"):
+        buffer.nonsense  # noqa: B018
 
 
 def test_constants_and_helpers():

@@ -378,3 +378,59 @@ def test_ml_types_read_back_from_their_bits():
     run = matrix.build(providers=["numpy", "torch"], consumers=["numpy.asarray"],
                        dtypes=["bfloat16", "float8_e4m3fn", "float8_e5m2"])
     assert {c["status"] for c in run["cells"]} == {"ok"}, run["cells"]
+
+
+def test_reasons_name_the_library_that_raised_them():
+    """A failed cell's reason starts with the library that raised it, DLPack type codes decoded
+    into dtype names (spec §9)."""
+    lib("tensorflow")
+    lib("ml_dtypes")
+    c = cells(matrix.build(providers=["numpy"], consumers=["tensorflow", "numpy", "memoryview"],
+                           dtypes=["float8_e4m3fn"]))
+    tf = c["numpy", "tensorflow", "float8_e4m3fn"]["reason"]
+    assert tf.startswith("tensorflow: InvalidArgumentError:") and "float8_e4m3fn" in tf, tf
+    assert "(DLPack type code 10: float8_e4m3fn)" in tf
+    assert c["numpy", "numpy", "float8_e4m3fn"]["reason"].startswith("numpy: ")
+    assert c["numpy", "memoryview", "float8_e4m3fn"]["reason"].startswith("pydlpack: BufferError")
+
+
+def test_raised_by_and_decoded():
+    from dlpack.tools.matrix_reasons import attributed, decoded, raised_by
+
+    class InvalidArgumentError(Exception):
+        pass
+
+    InvalidArgumentError.__module__ = "tensorflow.python.framework.errors_impl"
+    assert raised_by(InvalidArgumentError("x"), "numpy") == "tensorflow"
+    where = {"__name__": "torch.utils.dlpack"}
+    exec("def f():\n    raise RuntimeError('inside torch')", where)
+    try:
+        where["f"]()
+    except RuntimeError as e:
+        assert raised_by(e, "numpy") == "torch"     # the innermost frame's package
+    harness = {"__name__": "dlpack.tools.matrix_cases"}
+    exec("def g():\n    int('x')", harness)        # raised in C, called from the matrix
+    try:
+        harness["g"]()
+    except ValueError as e:
+        assert raised_by(e, "jaxlib.xla_client") == "jax"
+    exec("def h():\n    memoryview(object())", harness)
+    try:
+        harness["h"]()
+    except TypeError as e:
+        assert raised_by(e, "builtins") == "Python"
+    assert decoded("Unsupported Type Codes: 10") == (
+        "Unsupported Type Codes: 10 (DLPack type code 10: float8_e4m3fn)")
+    assert decoded("unsupported dtype codes 4, 12") == (
+        "unsupported dtype codes 4, 12 (DLPack type codes 4: bfloat, 12: float8_e5m2)")
+    assert decoded("type code 99") == "type code 99 (DLPack type code 99: not a DLPack type code)"
+    assert decoded("bits 8, lanes 1") == "bits 8, lanes 1"
+    assert attributed(InvalidArgumentError(), "numpy", "E: Type Codes: 12").startswith(
+        "tensorflow: E: Type Codes: 12 (DLPack type code 12: float8_e5m2)")
+
+
+def test_a_legacy_consumers_private_copy_names_the_way_to_share():
+    lib("jax")
+    cell = matrix_cases.run_cell("bytes", "jax", "uint8", matrix_cases.alignment_need("jax"))
+    assert cell.status == "copy", cell
+    assert "allow_legacy_readonly=True" in cell.reason and "64-byte boundary" in cell.reason

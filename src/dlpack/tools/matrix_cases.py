@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
+from dlpack.tools.matrix_reasons import attributed
 
 ALIGNMENT = 64          # where providers' CPU data is placed (JAX shares only such data)
 
@@ -494,6 +495,12 @@ def reason_of(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split()) or '(no message)'}"
 
 
+def _said(e: BaseException, called: str) -> str:
+    """A failed cell's reason: the library that raised it and what it said, DLPack type codes
+    decoded (matrix_reasons.attributed); called: the module the matrix called."""
+    return attributed(e, called, reason_of(e))
+
+
 LEGACY_CONSUMERS = ("jax", "jax.gpu", "tensorflow")   # call __dlpack__ without max_version
 
 
@@ -578,20 +585,24 @@ def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -
     except ModuleNotFoundError as e:        # e.g. NumPy's bfloat16 without ml_dtypes: not run
         return _not_run(provider, consumer, name, e)
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", "provider: " + reason_of(e))
+        return Cell(provider, consumer, name, "fail",
+                    "provider: " + _said(e, PROVIDERS[provider][0]))
     try:
         dl = asdlpack(obj)
         again = asdlpack(obj)
+    except Exception as e:
+        return Cell(provider, consumer, name, "fail", _said(e, "dlpack"))
+    try:
         result = CONSUMERS[consumer][1](dl)
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", reason_of(e))
+        return Cell(provider, consumer, name, "fail", _said(e, CONSUMERS[consumer][0]))
     try:
         got = _values(result, name)
     except ModuleNotFoundError as e:
         return _not_run(provider, consumer, name, e)
     except Exception as e:
         return Cell(provider, consumer, name, "unverified",
-                    "cannot read the result back: " + reason_of(e))
+                    "cannot read the result back: " + _said(e, CONSUMERS[consumer][0]))
     if got != _expected(name):
         return Cell(provider, consumer, name, "wrong", f"got {got}")
     if again.data_ptr != dl.data_ptr:
@@ -602,7 +613,11 @@ def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -
         why = "consumer copied"
         if dl.readonly and consumer in LEGACY_CONSUMERS and _legacy_export_copies(dl):
             why = ("read-only data to a legacy (unversioned) consumer, which cannot see READ_ONLY: "
-                   "pydlpack hands it a private copy")
+                   "pydlpack hands it a private copy; asdlpack(obj, allow_legacy_readonly=True) "
+                   "shares the memory instead")
+            if need:
+                why += f" where it starts on a {need}-byte boundary ({consumer} copies other " \
+                       "CPU data, measured)"
         elif need and dl.data_ptr % need:
             why = f"{consumer} copies CPU data that does not start on a {need}-byte boundary " \
                   f"(measured), and {provider}'s allocator put this data on none in 64 tries"
