@@ -391,7 +391,7 @@ def test_reasons_name_the_library_that_raised_them():
     assert tf.startswith("tensorflow: InvalidArgumentError:") and "float8_e4m3fn" in tf, tf
     assert "(DLPack type code 10: float8_e4m3fn)" in tf
     assert c["numpy", "numpy", "float8_e4m3fn"]["reason"].startswith("numpy: ")
-    assert c["numpy", "memoryview", "float8_e4m3fn"]["reason"].startswith("pydlpack: BufferError")
+    assert c["numpy", "memoryview", "float8_e4m3fn"]["reason"].startswith("pydlpack: DLPackError")
 
 
 def test_raised_by_and_decoded():
