@@ -59,6 +59,7 @@ cdef enum:
     NOGIL_BYTES = 1 << 20       # copies this large run without the GIL
     TICK_BYTES = 32 << 20       # ...and take it back to check for signals after this many bytes
     TILE_BYTES = 256            # a transposing copy moves tiles this many bytes wide and high
+    PLAN_ROWS = 5               # a copy's plan (_Plan): this many arrays of ndim int64
 
 
 cdef void *_alloc_copy(size_t size) noexcept nogil:
@@ -134,20 +135,30 @@ cdef void _run(char *d, const char *s, int64_t n, int64_t ds, int64_t ss,
 
 cdef struct _Plan:
     # A copy's dimensions once those of extent 1 are dropped and neighbours that step through
-    # the source as one are merged: extents, source and (C-order) destination byte strides.
+    # the source as one are merged: extents, source and (C-order) destination byte strides;
+    # and _walk's odometer (the outer dimensions and their indices). Each points into the
+    # caller's scratch of PLAN_ROWS * ndim int64 (_scratch: the C stack for a few dimensions).
     int n
     int64_t isz
-    int64_t extent[MAX_NDIM]
-    int64_t src[MAX_NDIM]
-    int64_t dst[MAX_NDIM]
+    int64_t *extent
+    int64_t *src
+    int64_t *dst
+    int64_t *outer
+    int64_t *idx
 
 
-cdef void _plan(_Plan *p, int ndim, const int64_t *shape, const int64_t *strides,
-                int64_t isz) noexcept nogil:
-    """The plan of a non-empty array (element strides; _validate bounded every step)."""
+cdef void _plan(_Plan *p, int64_t *scratch, int ndim, const int64_t *shape,
+                const int64_t *strides, int64_t isz) noexcept nogil:
+    """The plan of a non-empty array (element strides; _validate bounded every step), in
+    scratch (PLAN_ROWS * ndim int64)."""
     cdef int i, n = 0
     cdef int64_t size = isz, reach
     p.isz = isz
+    p.extent = scratch
+    p.src = scratch + ndim
+    p.dst = scratch + 2 * ndim
+    p.outer = scratch + 3 * ndim
+    p.idx = scratch + 4 * ndim
     for i in range(ndim):
         if shape[i] == 1:
             continue
@@ -192,8 +203,8 @@ cdef int _walk(const _Plan *p, char *dst, const char *src,
     closely, that pair in square tiles (a transpose reads and writes whole cache lines); the
     other dimensions by an odometer, in the destination's order. -1: a signal handler raised."""
     cdef int i, m = 0, k = p.n - 1, j = -1
-    cdef int outer[MAX_NDIM]
-    cdef int64_t idx[MAX_NDIM]
+    cdef int64_t *outer = p.outer
+    cdef int64_t *idx = p.idx
     cdef int64_t moved = 0, isz = p.isz, side, r, c, rows, cols, at, piece
     cdef char *d = dst
     cdef const char *s = src
@@ -258,24 +269,35 @@ cdef int _gather(char *dst, const char *data, DLPackObject src,
     nbytes. Others move whole items of src.desc.layout.itemsize bytes.
     """
     cdef _Plan p
+    cdef int64_t small[PLAN_ROWS * STACK_DIMS]
+    cdef int64_t *scratch
     cdef int64_t one = 1, nbytes = src.desc.layout.nbytes
-    cdef int failed
+    cdef int failed, ndim = src.desc.dl.ndim
+    cdef bint flat = strides == NULL and src.desc.layout.c_contig
     cdef PyThreadState *released = NULL
     if src.desc.layout.count == 0:
         return 0
-    if strides == NULL and src.desc.layout.c_contig:
-        _plan(&p, 1, &nbytes, &one, 1)
-    else:
-        _plan(&p, src.desc.dl.ndim, src.desc.dl.shape,
-              <const int64_t *>src.desc.dl.strides if strides == NULL else strides,
-              src.desc.layout.itemsize)
-    if src.desc.layout.nbytes < NOGIL_BYTES:
-        return _walk(&p, dst, data, &released)
-    if PyThread_get_thread_ident() != _threading.main_thread().ident:
-        with nogil:                 # no signal handlers run here: nothing to check
-            _walk(&p, dst, data, &released)
-        return 0
-    released = PyEval_SaveThread()
-    failed = _walk(&p, dst, data, &released)
-    PyEval_RestoreThread(released)
-    return failed                   # -1 with the handler's error set
+    if flat:
+        ndim = 1
+    scratch = _scratch(small, PLAN_ROWS * STACK_DIMS, PLAN_ROWS * ndim)
+    if scratch == NULL:
+        raise MemoryError(f"cannot allocate the plan of a copy of {ndim} dimensions")
+    try:
+        if flat:
+            _plan(&p, scratch, 1, &nbytes, &one, 1)
+        else:
+            _plan(&p, scratch, ndim, src.desc.dl.shape,
+                  <const int64_t *>src.desc.dl.strides if strides == NULL else strides,
+                  src.desc.layout.itemsize)
+        if nbytes < NOGIL_BYTES:
+            return _walk(&p, dst, data, &released)
+        if PyThread_get_thread_ident() != _threading.main_thread().ident:
+            with nogil:                 # no signal handlers run here: nothing to check
+                _walk(&p, dst, data, &released)
+            return 0
+        released = PyEval_SaveThread()
+        failed = _walk(&p, dst, data, &released)
+        PyEval_RestoreThread(released)
+        return failed                   # -1 with the handler's error set
+    finally:
+        _scratch_free(scratch, small)
