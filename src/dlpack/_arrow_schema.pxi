@@ -18,6 +18,30 @@ ctypedef struct _ArrowType:
     int nlists                      # fixed-size list levels above the values
     bint unwrap                     # the column is the one field of a struct (record batch)
     bint tensor                     # arrow.fixed_shape_tensor (then nlists == 1)
+    # the list sizes, outermost first: in small, the heap past STACK_DIMS levels (spec §7). Its
+    # holder sets sizes = small before it is read, and runs _arrow_type_free whatever happens
+    int64_t *sizes
+    int64_t small[STACK_DIMS]
+
+
+cdef int _arrow_list(_ArrowType *t, int64_t size) except -1:
+    """Add a fixed-size list level of size (fewer than MAX_NDIM - 1 before: the caller's
+    check)."""
+    cdef int64_t *grown
+    if t.nlists == STACK_DIMS:
+        grown = <int64_t *>malloc((MAX_NDIM - 1) * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        memcpy(grown, t.small, sizeof(t.small))
+        t.sizes = grown
+    t.sizes[t.nlists] = size
+    t.nlists += 1
+    return 0
+
+
+cdef inline void _arrow_type_free(_ArrowType *t) noexcept:
+    if t.sizes != t.small:
+        free(t.sizes)
 
 # The variable-size types' names as Arrow (and PyArrow's pa.<name>()) call them.
 cdef dict _ARROW_NAMES = {
@@ -213,10 +237,9 @@ cdef int _arrow_struct_column(ArrowSchema *s, str protocol) except -1:
                   "df.select(name), batch.column(i), relation.select(name))")
 
 
-cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, str protocol,
-                               bint unwrap_ok):
-    """The column type a schema describes, into t and sizes (the list sizes, outermost
-    first); returns the fixed_shape_tensor metadata (bytes), or None."""
+cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, str protocol, bint unwrap_ok):
+    """The column type a schema describes, into t (t.sizes set by its holder); returns the
+    fixed_shape_tensor metadata (bytes), or None."""
     cdef ArrowSchema *s = top
     cdef const char *f
     cdef int64_t n
@@ -267,8 +290,7 @@ cdef object _arrow_read_schema(ArrowSchema *top, _ArrowType *t, int64_t *sizes, 
             if t.nlists >= MAX_NDIM - 1:
                 raise Refusal(f"{protocol}: fixed-size lists nested more than "
                               f"{MAX_NDIM - 1} deep")
-            sizes[t.nlists] = n
-            t.nlists += 1
+            _arrow_list(t, n)
             s = s.children[0]
             depth += 1
             continue

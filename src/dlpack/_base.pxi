@@ -4,6 +4,22 @@
 
 cdef enum:
     MAX_NDIM = 1024          # more dimensions than any library makes: a corrupt or hostile struct
+    STACK_DIMS = 8           # per-dimension scratch of this many dimensions lives on the C stack
+
+
+cdef inline int64_t *_scratch(int64_t *small, Py_ssize_t fits,
+                              Py_ssize_t count) noexcept nogil:
+    """count int64 of per-dimension scratch: small (the caller's, fits long) when they fit,
+    else the heap (NULL when out of memory); _scratch_free after. A call's stack use stays
+    bounded whatever ndim, so threads with small stacks can copy (spec §7)."""
+    if count <= fits:
+        return small
+    return <int64_t *>malloc(<size_t>count * sizeof(int64_t))
+
+
+cdef inline void _scratch_free(int64_t *scratch, const int64_t *small) noexcept nogil:
+    if scratch != small:
+        free(scratch)
 
 
 cdef inline bint _ndim_in_range(Py_ssize_t ndim) noexcept nogil:

@@ -59,6 +59,7 @@ cdef enum:
     NOGIL_BYTES = 1 << 20       # copies this large run without the GIL
     TICK_BYTES = 32 << 20       # ...and take it back to check for signals after this many bytes
     TILE_BYTES = 256            # a transposing copy moves tiles this many bytes wide and high
+    PLAN_ROWS = 5               # a copy's plan (_Plan): this many arrays of ndim int64
 
 
 cdef void *_alloc_copy(size_t size) noexcept nogil:
@@ -134,20 +135,30 @@ cdef void _run(char *d, const char *s, int64_t n, int64_t ds, int64_t ss,
 
 cdef struct _Plan:
     # A copy's dimensions once those of extent 1 are dropped and neighbours that step through
-    # the source as one are merged: extents, source and (C-order) destination byte strides.
+    # the source as one are merged: extents, source and (C-order) destination byte strides;
+    # and _walk's odometer (the outer dimensions and their indices). Each points into the
+    # caller's scratch of PLAN_ROWS * ndim int64 (_scratch: the C stack for a few dimensions).
     int n
     int64_t isz
-    int64_t extent[MAX_NDIM]
-    int64_t src[MAX_NDIM]
-    int64_t dst[MAX_NDIM]
+    int64_t *extent
+    int64_t *src
+    int64_t *dst
+    int64_t *outer
+    int64_t *idx
 
 
-cdef void _plan(_Plan *p, int ndim, const int64_t *shape, const int64_t *strides,
-                int64_t isz) noexcept nogil:
-    """The plan of a non-empty array (element strides; _validate bounded every step)."""
+cdef void _plan(_Plan *p, int64_t *scratch, int ndim, const int64_t *shape,
+                const int64_t *strides, int64_t isz) noexcept nogil:
+    """The plan of a non-empty array (element strides; _validate bounded every step), in
+    scratch (PLAN_ROWS * ndim int64)."""
     cdef int i, n = 0
     cdef int64_t size = isz, reach
     p.isz = isz
+    p.extent = scratch
+    p.src = scratch + ndim
+    p.dst = scratch + 2 * ndim
+    p.outer = scratch + 3 * ndim
+    p.idx = scratch + 4 * ndim
     for i in range(ndim):
         if shape[i] == 1:
             continue
@@ -190,59 +201,66 @@ cdef int _walk(const _Plan *p, char *dst, const char *src,
     """Copy by the plan: the destination's innermost dimension in runs (one memcpy when the
     source is contiguous there too); when another dimension steps through the source more
     closely, that pair in square tiles (a transpose reads and writes whole cache lines); the
-    other dimensions by an odometer, in the destination's order. -1: a signal handler raised."""
+    other dimensions by an odometer, in the destination's order. -1: a signal handler raised.
+    The plan's values are read into locals once: a copy's stores may alias them."""
     cdef int i, m = 0, k = p.n - 1, j = -1
-    cdef int outer[MAX_NDIM]
-    cdef int64_t idx[MAX_NDIM]
+    cdef const int64_t *extent = p.extent
+    cdef const int64_t *sstep = p.src
+    cdef const int64_t *dstep = p.dst
+    cdef int64_t *outer = p.outer
+    cdef int64_t *idx = p.idx
     cdef int64_t moved = 0, isz = p.isz, side, r, c, rows, cols, at, piece
+    cdef int64_t ek, dk, sk, ej = 0, dj = 0, sj = 0
     cdef char *d = dst
     cdef const char *s = src
     if p.n == 0:                             # a 0-d array, or every extent 1
         memcpy(dst, src, <size_t>isz)
         return 0
     for i in range(k):
-        if _magnitude(p.src[i]) < _magnitude(p.src[k]) and (
-                j < 0 or _magnitude(p.src[i]) < _magnitude(p.src[j])):
+        if _magnitude(sstep[i]) < _magnitude(sstep[k]) and (
+                j < 0 or _magnitude(sstep[i]) < _magnitude(sstep[j])):
             j = i
     for i in range(k):
         if i != j:
             outer[m] = i
             idx[m] = 0
             m += 1
+    ek, dk, sk = extent[k], dstep[k], sstep[k]
+    if j >= 0:
+        ej, dj, sj = extent[j], dstep[j], sstep[j]
     side = TILE_BYTES // isz if isz < TILE_BYTES // 8 else 8
     piece = TICK_BYTES // isz if isz < TICK_BYTES else 1
     while True:
         if j < 0:                           # runs, in pieces that keep Ctrl-C responsive
             at = 0
-            while at < p.extent[k]:
-                c = min(piece, p.extent[k] - at)
-                _run(d + at * p.dst[k], s + at * p.src[k], c, p.dst[k], p.src[k], isz)
+            while at < ek:
+                c = min(piece, ek - at)
+                _run(d + at * dk, s + at * sk, c, dk, sk, isz)
                 if _tick(&moved, c * isz, released):
                     return -1
                 at += c
         else:
             r = 0
-            while r < p.extent[j]:
-                rows = min(side, p.extent[j] - r)
+            while r < ej:
+                rows = min(side, ej - r)
                 c = 0
-                while c < p.extent[k]:
-                    cols = min(side, p.extent[k] - c)
+                while c < ek:
+                    cols = min(side, ek - c)
                     for at in range(r, r + rows):
-                        _run(d + at * p.dst[j] + c * p.dst[k], s + at * p.src[j] + c * p.src[k],
-                             cols, p.dst[k], p.src[k], isz)
+                        _run(d + at * dj + c * dk, s + at * sj + c * sk, cols, dk, sk, isz)
                     if _tick(&moved, rows * cols * isz, released):
                         return -1
                     c += cols
                 r += rows
         i = m - 1
         while i >= 0:                       # odometer over the outer dimensions
-            if idx[i] + 1 < p.extent[outer[i]]:
+            if idx[i] + 1 < extent[outer[i]]:
                 idx[i] += 1
-                d += p.dst[outer[i]]
-                s += p.src[outer[i]]
+                d += dstep[outer[i]]
+                s += sstep[outer[i]]
                 break
-            d -= (p.extent[outer[i]] - 1) * p.dst[outer[i]]
-            s -= (p.extent[outer[i]] - 1) * p.src[outer[i]]
+            d -= (extent[outer[i]] - 1) * dstep[outer[i]]
+            s -= (extent[outer[i]] - 1) * sstep[outer[i]]
             idx[i] = 0
             i -= 1
         if i < 0:
@@ -258,24 +276,38 @@ cdef int _gather(char *dst, const char *data, DLPackObject src,
     nbytes. Others move whole items of src.desc.layout.itemsize bytes.
     """
     cdef _Plan p
+    cdef int64_t small[PLAN_ROWS * STACK_DIMS]
+    cdef int64_t *scratch
     cdef int64_t one = 1, nbytes = src.desc.layout.nbytes
-    cdef int failed
+    cdef int failed = 0, ndim = src.desc.dl.ndim
+    cdef bint flat = strides == NULL and src.desc.layout.c_contig, on_main = False
     cdef PyThreadState *released = NULL
     if src.desc.layout.count == 0:
         return 0
-    if strides == NULL and src.desc.layout.c_contig:
-        _plan(&p, 1, &nbytes, &one, 1)
+    if flat and nbytes < NOGIL_BYTES:
+        memcpy(dst, data, <size_t>nbytes)       # what the plan of this one run does
+        return 0
+    if nbytes >= NOGIL_BYTES:       # asked first: nothing raises while scratch is held
+        on_main = PyThread_get_thread_ident() == _threading.main_thread().ident
+    if flat:
+        ndim = 1
+    scratch = _scratch(small, PLAN_ROWS * STACK_DIMS, PLAN_ROWS * ndim)
+    if scratch == NULL:
+        raise MemoryError(f"cannot allocate the plan of a copy of {ndim} dimensions")
+    if flat:
+        _plan(&p, scratch, 1, &nbytes, &one, 1)
     else:
-        _plan(&p, src.desc.dl.ndim, src.desc.dl.shape,
+        _plan(&p, scratch, ndim, src.desc.dl.shape,
               <const int64_t *>src.desc.dl.strides if strides == NULL else strides,
               src.desc.layout.itemsize)
-    if src.desc.layout.nbytes < NOGIL_BYTES:
-        return _walk(&p, dst, data, &released)
-    if PyThread_get_thread_ident() != _threading.main_thread().ident:
+    if nbytes < NOGIL_BYTES:
+        failed = _walk(&p, dst, data, &released)
+    elif not on_main:
         with nogil:                 # no signal handlers run here: nothing to check
             _walk(&p, dst, data, &released)
-        return 0
-    released = PyEval_SaveThread()
-    failed = _walk(&p, dst, data, &released)
-    PyEval_RestoreThread(released)
-    return failed                   # -1 with the handler's error set
+    else:
+        released = PyEval_SaveThread()
+        failed = _walk(&p, dst, data, &released)
+        PyEval_RestoreThread(released)
+    _scratch_free(scratch, small)
+    return failed                   # -1 with a signal handler's error set

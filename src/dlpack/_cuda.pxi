@@ -622,9 +622,10 @@ cdef inline bint _odometer(int n, int64_t *idx, const int64_t *extent, const int
 
 
 cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width, int n,
-                       const int64_t *extent, const int64_t *pitch) except -1:
+                       const int64_t *extent, const int64_t *pitch, int64_t *idx) except -1:
     """Copy device memory to the host as rows of width bytes, one after another in dst: the
-    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first). The
+    rows are indexed by n dimensions (extent, source pitch in bytes, outermost first; idx: n
+    int64 of the caller's scratch, the odometer's, so that the stack use is bounded). The
     innermost dimension makes the rows of one copy, and the next one its slices where its pitch
     is a whole number of rows (a 3-D view of a strided array), so the driver is called once per
     index of the dimensions outside those: cuMemcpy3D, cuMemcpy2D for one slice, cuMemcpyDtoH
@@ -638,7 +639,6 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
     cdef CUDA_MEMCPY2D c2
     cdef CUresult rc = 0
     cdef int i, dev, max_pitch = 0
-    cdef int64_t idx[MAX_NDIM]
     cdef int64_t offset = 0, height, depth, row_pitch, rows
     cdef int64_t copy_shape[4]
     cdef bint done
@@ -652,7 +652,7 @@ cdef int _cu_copy_rows(int32_t device_id, char *dst, uintptr_t src, size_t width
             return _cu_check(rc, "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX_PITCH)")
         _cu_max_pitch[device_id] = max_pitch if max_pitch > 0 else 1
     try:
-        done = _cu_copy_span(dst, src, width, n, extent, pitch, _cu_max_pitch[device_id])
+        done = _cu_copy_span(dst, src, width, n, extent, pitch, _cu_max_pitch[device_id], idx)
     except BaseException:
         _cu_leave()
         raise
@@ -718,7 +718,7 @@ cdef int _cu_copy_shape(size_t width, int n, const int64_t *extent, const int64_
 
 
 cdef bint _cu_copy_span(char *dst, uintptr_t src, size_t width, int n, const int64_t *extent,
-                        const int64_t *pitch, size_t max_pitch) except -1:
+                        const int64_t *pitch, size_t max_pitch, int64_t *idx) except -1:
     """_cu_copy_rows' other way (spec §10): copy the span covering the rows in windows of at
     most _CU_SPAN_CHUNK bytes (host memory bounded whatever the span), each row then copied
     from its window to dst on the host; in a context made current. False, with nothing copied,
@@ -727,7 +727,6 @@ cdef bint _cu_copy_span(char *dst, uintptr_t src, size_t width, int n, const int
     than the bytes between the rows."""
     cdef int64_t span = <int64_t>width, rows = 1, calls, base = 0, end = 0, offset = 0
     cdef int64_t window, length, windows
-    cdef int64_t idx[MAX_NDIM]
     cdef int64_t copy_shape[4]
     cdef int i
     cdef char *buf

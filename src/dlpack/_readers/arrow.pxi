@@ -135,8 +135,8 @@ cdef inline void _note_scan(_NullScan *s, const ArrowArray *a, int64_t start, in
     s.whole = whole
 
 
-cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
-                           const int64_t *sizes, object tensor, str protocol) except -1:
+cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t, object tensor,
+                           str protocol) except -1:
     """Walk from the column through its fixed-size lists to the values, applying each level's
     offset and checking each level's lengths; then the values' bounds; then each level's
     nulls (no bitmap is read for a layout that is refused: a length whose values overflow 64
@@ -149,14 +149,14 @@ cdef int _arrow_read_array(DLPackObject self, ArrowArray *top, _ArrowType *t,
         if scans == NULL:
             raise MemoryError()
     try:
-        return _arrow_walk(self, top, t, sizes, tensor, protocol, scans)
+        return _arrow_walk(self, top, t, tensor, protocol, scans)
     finally:
         if scans != on_stack:
             free(scans)
 
 
-cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const int64_t *sizes,
-                     object tensor, str protocol, _NullScan *scans) except -1:
+cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, object tensor,
+                     str protocol, _NullScan *scans) except -1:
     cdef ArrowArray node = top[0]
     cdef ArrowArray *child
     cdef int64_t start = node.offset, count = node.length, length = node.length
@@ -167,7 +167,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
     for level in range(nlevels):
         _arrow_node(&node, 1, 1, protocol, depth)
         _note_scan(&scans[depth], &node, start, count, whole)
-        n = 1 if (t.unwrap and level == 0) else sizes[level - (1 if t.unwrap else 0)]
+        n = 1 if (t.unwrap and level == 0) else t.sizes[level - (1 if t.unwrap else 0)]
         child = node.children[0]
         node = child[0]                 # copied once, before any of it is read
         depth += 1
@@ -202,7 +202,7 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
     self.desc.dl.dtype = t.dtype
     self.desc.flags = FLAG_READ_ONLY
     if tensor is not None:
-        _arrow_tensor_dims(self, tensor, length, sizes[0], protocol)
+        _arrow_tensor_dims(self, tensor, length, t.sizes[0], protocol)
         try:
             self._validate(protocol, STRIDES_ELEMENTS, offset, bound)
         except BufferError as e:
@@ -210,19 +210,18 @@ cdef int _arrow_walk(DLPackObject self, ArrowArray *top, _ArrowType *t, const in
                           "PyArrow applies it (which refuses this one too), overruns "
                           "its rows") from None
     else:
-        _arrow_dims(self, length, t, sizes, protocol)
+        _arrow_dims(self, length, t, protocol)
         self._validate(protocol, STRIDES_C, offset, bound)
     return 0
 
 
-cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, const int64_t *sizes,
-                     str protocol) except -1:
+cdef int _arrow_dims(DLPackObject self, int64_t length, _ArrowType *t, str protocol) except -1:
     """(length, n1, n2, …): the rows, then each fixed-size list's size."""
     cdef int i
     self._alloc_dims(1 + t.nlists, protocol)
     self.desc.dl.shape[0] = length
     for i in range(t.nlists):
-        self.desc.dl.shape[i + 1] = sizes[i]
+        self.desc.dl.shape[i + 1] = t.sizes[i]
     return 0
 
 
@@ -287,7 +286,7 @@ cdef int _arrow_device(DLPackObject self, ArrowDeviceArray *d, str protocol) exc
     return 0
 
 
-cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, str protocol):
+cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, str protocol):
     """Move a producer's schema out, read it, and release it at once."""
     cdef ArrowSchema local
     if s.release == NULL:
@@ -295,7 +294,7 @@ cdef object _arrow_schema_from(ArrowSchema *s, _ArrowType *t, int64_t *sizes, st
     local = s[0]
     s.release = NULL
     try:
-        return _arrow_read_schema(&local, t, sizes, protocol, True)
+        return _arrow_read_schema(&local, t, protocol, True)
     finally:
         _foreign(FOREIGN_SCHEMA, &local)
 
@@ -305,7 +304,6 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
     cdef ArrowSchema *s
     cdef void *a
     cdef _ArrowType t
-    cdef int64_t sizes[MAX_NDIM]
     cdef DLPackObject r
     cdef _ArrowImport held
     if type(pair) is not tuple or len(<tuple>pair) != 2:
@@ -330,9 +328,13 @@ cdef DLPackObject _from_arrow_array(object obj, object pair, bint device, str pr
         (<ArrowArray *>a).release = NULL
         held.device.device_type = ARROW_DEVICE_CPU
         held.device.device_id = -1
-    tensor = _arrow_schema_from(s, &t, sizes, protocol)
-    _arrow_device(r, &held.device, protocol)
-    _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+    t.sizes = t.small
+    try:
+        tensor = _arrow_schema_from(s, &t, protocol)
+        _arrow_device(r, &held.device, protocol)
+        _arrow_read_array(r, &held.device.array, &t, tensor, protocol)
+    finally:
+        _arrow_type_free(&t)
     return r
 
 
@@ -351,7 +353,6 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
     cdef ArrowSchema schema
     cdef ArrowArray chunk
     cdef _ArrowType t
-    cdef int64_t sizes[MAX_NDIM]
     cdef int rc
     cdef DLPackObject r
     cdef _ArrowImport held
@@ -371,42 +372,46 @@ cdef DLPackObject _from_arrow_stream(object obj, object capsule, str protocol):
     rc = ours.get_schema(ours, &schema)
     if rc != 0:
         raise Refusal(_arrow_stream_error(ours, rc, protocol, "get_schema"))
-    tensor = _arrow_schema_from(&schema, &t, sizes, protocol)
-    while True:
-        memset(&chunk, 0, sizeof(chunk))
-        rc = ours.get_next(ours, &chunk)
-        if rc != 0:
-            raise Refusal(_arrow_stream_error(ours, rc, protocol, "get_next"))
-        if chunk.release == NULL:
-            break
-        if chunk.length == 0:
-            _foreign(FOREIGN_ARRAY, &chunk)
-            PyErr_CheckSignals()        # a stream that never ends stays interruptible
-            continue
-        if held.device.array.release != NULL or chunk.length < 0:
-            first = held.device.array.length
-            second = chunk.length
-            _foreign(FOREIGN_ARRAY, &chunk)
-            if second < 0:
-                raise Refusal(f"{protocol}: a chunk has field 'length' = {second}")
-            raise Refusal(f"{protocol}: the stream has more than one non-empty chunk (the "
-                          f"first two have {first} and {second} rows); a tensor views one "
-                          "buffer: combine them first (chunked.combine_chunks(), "
-                          "table.combine_chunks(); Polars: series.rechunk())")
-        held.device.array = chunk
-    r.desc.dl.device.device_type = kDLCPU
-    if held.device.array.release != NULL:
-        _arrow_read_array(r, &held.device.array, &t, sizes, tensor, protocol)
+    t.sizes = t.small
+    try:
+        tensor = _arrow_schema_from(&schema, &t, protocol)
+        while True:
+            memset(&chunk, 0, sizeof(chunk))
+            rc = ours.get_next(ours, &chunk)
+            if rc != 0:
+                raise Refusal(_arrow_stream_error(ours, rc, protocol, "get_next"))
+            if chunk.release == NULL:
+                break
+            if chunk.length == 0:
+                _foreign(FOREIGN_ARRAY, &chunk)
+                PyErr_CheckSignals()        # a stream that never ends stays interruptible
+                continue
+            if held.device.array.release != NULL or chunk.length < 0:
+                first = held.device.array.length
+                second = chunk.length
+                _foreign(FOREIGN_ARRAY, &chunk)
+                if second < 0:
+                    raise Refusal(f"{protocol}: a chunk has field 'length' = {second}")
+                raise Refusal(f"{protocol}: the stream has more than one non-empty chunk (the "
+                              f"first two have {first} and {second} rows); a tensor views one "
+                              "buffer: combine them first (chunked.combine_chunks(), "
+                              "table.combine_chunks(); Polars: series.rechunk())")
+            held.device.array = chunk
+        r.desc.dl.device.device_type = kDLCPU
+        if held.device.array.release != NULL:
+            _arrow_read_array(r, &held.device.array, &t, tensor, protocol)
+            return r
+        r.desc.dl.dtype = t.dtype           # no chunks: an empty tensor of the column's type
+        r.desc.flags = FLAG_READ_ONLY
+        if tensor is not None:
+            _arrow_tensor_dims(r, tensor, 0, t.sizes[0], protocol)
+            r._validate(protocol, STRIDES_ELEMENTS, 0, -1)
+        else:
+            _arrow_dims(r, 0, &t, protocol)
+            r._validate(protocol, STRIDES_C, 0, -1)
         return r
-    r.desc.dl.dtype = t.dtype                 # no chunks: an empty tensor of the column's type
-    r.desc.flags = FLAG_READ_ONLY
-    if tensor is not None:
-        _arrow_tensor_dims(r, tensor, 0, sizes[0], protocol)
-        r._validate(protocol, STRIDES_ELEMENTS, 0, -1)
-    else:
-        _arrow_dims(r, 0, &t, sizes, protocol)
-        r._validate(protocol, STRIDES_C, 0, -1)
-    return r
+    finally:
+        _arrow_type_free(&t)
 
 
 cdef inline bint _type_has(type t, str name) noexcept:

@@ -281,7 +281,6 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     bool8, the fixed-size list of a tensor): pydlpack never casts."""
     cdef ArrowSchema *s
     cdef _ArrowType t
-    cdef int64_t sizes[MAX_NDIM]
     cdef DLDataType ours = self.desc.dl.dtype
     if requested is None:
         return 0
@@ -289,30 +288,34 @@ cdef int _arrow_requested(DLPackObject self, _ArrowOut *d, object requested,
     exported = _arrow_type_text(d, self)
     if s.release == NULL:
         raise Refusal(f"{protocol}: requested_schema is released (release is NULL)")
+    t.sizes = t.small
     try:
-        tensor = _arrow_read_schema(s, &t, sizes, protocol, False)
-    except BufferError as e:
-        raise Refusal(f"{protocol}: requested_schema asks for a type other than the data's "
-                      f"({exported}): {e}; pydlpack does not cast") from None
-    same = t.dtype.code == ours.code and t.dtype.bits == ours.bits
-    storage = ours.code == kDLBool and t.dtype.code == kDLInt and t.dtype.bits == 8
-    if d.list_size < 0:
-        ok = t.nlists == 0 and (same or storage)
-    elif t.nlists != 1 or sizes[0] != d.list_size:
-        ok = False
-    elif t.tensor:
         try:
-            shape, perm = _arrow_tensor_meta(tensor, sizes[0], protocol)
+            tensor = _arrow_read_schema(s, &t, protocol, False)
         except BufferError as e:
-            raise Refusal(f"{protocol}: requested_schema asks for a malformed type: {e}; "
-                          f"the data's is {exported}") from None
-        ok = same and shape == list(self.shape[1:]) and (
-            perm is None or perm == list(range(len(perm))))
-    else:
-        ok = same or storage
-    if not ok:
-        raise Refusal(f"{protocol}: requested_schema asks for another type than the data's "
-                      f"({exported}); pydlpack does not cast: cast after the exchange")
+            raise Refusal(f"{protocol}: requested_schema asks for a type other than the data's "
+                          f"({exported}): {e}; pydlpack does not cast") from None
+        same = t.dtype.code == ours.code and t.dtype.bits == ours.bits
+        storage = ours.code == kDLBool and t.dtype.code == kDLInt and t.dtype.bits == 8
+        if d.list_size < 0:
+            ok = t.nlists == 0 and (same or storage)
+        elif t.nlists != 1 or t.sizes[0] != d.list_size:
+            ok = False
+        elif t.tensor:
+            try:
+                shape, perm = _arrow_tensor_meta(tensor, t.sizes[0], protocol)
+            except BufferError as e:
+                raise Refusal(f"{protocol}: requested_schema asks for a malformed type: {e}; "
+                              f"the data's is {exported}") from None
+            ok = same and shape == list(self.shape[1:]) and (
+                perm is None or perm == list(range(len(perm))))
+        else:
+            ok = same or storage
+        if not ok:
+            raise Refusal(f"{protocol}: requested_schema asks for another type than the data's "
+                          f"({exported}); pydlpack does not cast: cast after the exchange")
+    finally:
+        _arrow_type_free(&t)
     d.plain_list = d.list_size >= 0 and not t.tensor
     d.plain_values = storage and not same
     return 0

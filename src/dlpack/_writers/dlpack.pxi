@@ -437,19 +437,26 @@ cdef int _dl_device_arg(object dl_device, DLDevice *out) except -1:
     return 0
 
 
+cdef enum:
+    FILL_ROWS = 5       # _fill_from_device's scratch: extent, pitch, gather, dim, the odometer
+
+
 cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) except -1:
     """Copy CUDA device memory into a host-copy export block (after _sync_for waited for the
     producer): contiguous data in one copy; strided data element by element, in rows of 2-D
     copies (or windows of their covering span, §10), into a staging buffer in the order the
     elements lie in memory, then gathered into C order on the host (host memory: the block,
-    nbytes more and at most one 16 MiB window, whatever the span)."""
+    nbytes more and at most one 16 MiB window, whatever the span). Per-dimension state is in
+    scratch: FILL_ROWS arrays of ndim int64, on the stack for a few dimensions (spec §7)."""
     cdef DLTensor *t = _block_tensor(block, versioned)
     cdef int i, k, n = 0, ndim = self.desc.dl.ndim
     cdef int64_t isz = self.desc.layout.itemsize, lo = 0, step, size, offset = 0, width
-    cdef int64_t extent[MAX_NDIM]
-    cdef int64_t pitch[MAX_NDIM]
-    cdef int64_t gather[MAX_NDIM]
-    cdef int dim[MAX_NDIM]
+    cdef int64_t small[FILL_ROWS * STACK_DIMS]
+    cdef int64_t *scratch = NULL
+    cdef int64_t *extent
+    cdef int64_t *pitch
+    cdef int64_t *gather
+    cdef int64_t *dim
     cdef char *staging = NULL
     try:
         if self.desc.layout.count == 0:
@@ -458,6 +465,11 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
             _cu_copy(self.desc.dl.device.device_id, t.data, self.desc.dl.data,
                      self.desc.layout.nbytes, False)
             return 0
+        scratch = _scratch(small, FILL_ROWS * STACK_DIMS, FILL_ROWS * ndim)
+        if scratch == NULL:
+            raise MemoryError(f"__dlpack__: cannot allocate a copy's plan of {ndim} dimensions")
+        extent, pitch, gather = scratch, scratch + ndim, scratch + 2 * ndim
+        dim = scratch + 3 * ndim
         # the dimensions that move (extent > 1, stride != 0) by byte stride, largest first,
         # each flipped to run upwards from the lowest element
         for i in range(ndim):
@@ -496,13 +508,14 @@ cdef int _fill_from_device(DLPackObject self, void *block, bint versioned) excep
         if staging == NULL:
             raise MemoryError(f"__dlpack__: cannot allocate {size} bytes")
         _cu_copy_rows(self.desc.dl.device.device_id, staging, <uintptr_t>self.desc.dl.data + lo,
-                      width, n, extent, pitch)
+                      width, n, extent, pitch, scratch + 4 * ndim)
         _gather(<char *>t.data, staging + offset, self, gather)
     except BaseException:
         free(block)
         raise
     finally:
         free(staging)
+        _scratch_free(scratch, small)       # free(NULL) when never allocated
     return 0
 
 

@@ -16,16 +16,12 @@ cdef const char *_ALLOCATES = _ALLOCATES_TEXT       # for the allocator, which r
 cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                         DLPackSetError set_error) noexcept nogil:
     """A new C-contiguous CPU tensor shaped like proto, freed by its deleter; its data starts on
-    a DATA_ALIGN boundary. proto's header and shape are read once, into a copy."""
-    cdef int ndim
-    cdef int64_t count, nbytes, itemsize
-    cdef int64_t shape[MAX_NDIM]
+    a DATA_ALIGN boundary. proto's header and shape are read once, into a copy (on the stack
+    for a few dimensions, spec §7: foreign threads call this)."""
+    cdef int ndim, rc
+    cdef int64_t small[STACK_DIMS]
+    cdef int64_t *shape
     cdef DLTensor p
-    cdef bint packed
-    cdef size_t dims_at, data_at
-    cdef char *block
-    cdef DLManagedTensorVersioned *m
-    cdef SizeError err
     if proto == NULL or out == NULL:
         _set_error(set_error, error_ctx, b"BufferError",
                    b"pydlpack allocator: the prototype or the output pointer is NULL")
@@ -39,8 +35,28 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
         _set_error(set_error, error_ctx, b"BufferError",
                    b"pydlpack allocator: prototype shape is NULL")
         return -1
+    shape = _scratch(small, STACK_DIMS, ndim)
+    if shape == NULL:
+        _set_error(set_error, error_ctx, b"MemoryError",
+                   b"pydlpack: out of memory allocating a tensor")
+        return -1
     if ndim > 0:
         memcpy(shape, p.shape, ndim * sizeof(int64_t))
+    rc = _api_allocate(&p, shape, out, error_ctx, set_error)
+    _scratch_free(shape, small)
+    return rc
+
+
+cdef int _api_allocate(const DLTensor *p, const int64_t *shape, DLManagedTensorVersioned **out,
+                       void *error_ctx, DLPackSetError set_error) noexcept nogil:
+    """_api_allocator's tensor, for the header p and shape it copied and checked."""
+    cdef int ndim = p.ndim
+    cdef int64_t count, nbytes, itemsize
+    cdef bint packed
+    cdef size_t dims_at, data_at
+    cdef char *block
+    cdef DLManagedTensorVersioned *m
+    cdef SizeError err
     err = _item_storage(p.dtype, False, &itemsize, &packed)
     if err == SIZE_OK:
         err = _element_count(ndim, shape, &count)
@@ -65,7 +81,7 @@ cdef int _api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *e
     m.manager_ctx = NULL
     m.deleter = _free_block
     m.flags = 0
-    m.dl_tensor = p
+    m.dl_tensor = p[0]
     m.dl_tensor.data = _data_start(block, data_at)
     m.dl_tensor.byte_offset = 0
     m.dl_tensor.shape = <int64_t *>(block + dims_at)

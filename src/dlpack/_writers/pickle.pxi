@@ -69,7 +69,8 @@ cdef object _reduce_host(DLPackObject self, int protocol):
     the first element lies ``offset`` bytes into it (> 0 for negative strides).
     """
     cdef int64_t lo = 0, hi = self.desc.layout.nbytes
-    cdef int64_t c_strides[MAX_NDIM]
+    cdef int64_t small[STACK_DIMS]
+    cdef int64_t *c_strides
     cdef int i
     cdef bint readonly = self.desc.flags & FLAG_READ_ONLY
     cdef _Span span
@@ -94,8 +95,14 @@ cdef object _reduce_host(DLPackObject self, int protocol):
         span.ptr = <char *>span.copy + (-<uintptr_t>span.copy & (DATA_ALIGN - 1))
         _gather(span.ptr, <const char *>self.desc.dl.data, self)
         lo, hi = 0, self.desc.layout.nbytes
-        _c_strides(self.desc.dl.ndim, self.desc.dl.shape, c_strides)
-        strides = tuple([c_strides[i] for i in range(self.desc.dl.ndim)])
+        c_strides = _scratch(small, STACK_DIMS, self.desc.dl.ndim)
+        if c_strides == NULL:
+            raise MemoryError()
+        try:
+            _c_strides(self.desc.dl.ndim, self.desc.dl.shape, c_strides)
+            strides = tuple([c_strides[i] for i in range(self.desc.dl.ndim)])
+        finally:
+            _scratch_free(c_strides, small)
     else:
         span.ptr = <char *>(<uintptr_t>self.desc.dl.data + <uintptr_t>lo)    # NULL when empty
         span.owner = self

@@ -3494,6 +3494,109 @@ def _register_fourth_round_numpy_column() -> None:
 
 _register_fourth_round_numpy_column()
 
+
+def _register_fourth_round_stacks() -> None:
+    """Per-dimension state of 1024 dimensions (and Arrow lists 300 deep) on threads with a
+    32 KiB stack (spec §7: stack use per call is bounded): on the heap, freed on every path."""
+    g = "stacks"
+
+    def small(make):
+        """make() builds the input on this thread; the work it returns runs on a small stack."""
+        def case():
+            from dlpack.tests import small_stacks
+
+            return small_stacks.in_small_stack(make())
+        return case
+
+    def fortran_view(n, spread=1):
+        """A view of 1024 dimensions, n of extent 2 (element strides spread * 1, 2, 4, …), and
+        the bytes of its values in C order."""
+        from dlpack.tests import small_stacks
+
+        shape = (1,) * (1024 - n) + (2,) * n
+        steps = (1,) * (1024 - n) + tuple(spread << i for i in range(n))
+        return small_stacks._view(shape, steps), small_stacks._expected(shape, steps)
+
+    def c_bytes(dl):
+        from dlpack.tests import small_stacks
+
+        return small_stacks.c_bytes(dl)
+
+    def copy_1024():
+        view, want = fortran_view(10)
+        return lambda: [view.ndim, c_bytes(asdlpack(view.__dlpack__(copy=True))) == want]
+
+    add(g, "copy-of-1024-dims", small(copy_1024), Gives([1024, True]))
+
+    def pickle_1024():
+        import pickle
+
+        view, want = fortran_view(6, spread=3)         # gaps: pickled as a C-contiguous copy
+        return lambda: c_bytes(pickle.loads(pickle.dumps(view, protocol=5))) == want
+
+    add(g, "pickle-copy-of-1024-dims", small(pickle_1024), Gives(True))
+
+    def deep_lists(requested):
+        def make():
+            ap = _ap()
+            col = ap.primitive("f", [7.0], b"f")
+            for _ in range(300):
+                col = ap.Col(b"+w:1", 1, buffers=[None], children=[col])
+            if requested:
+                wanted = ap.capsule(ap.build_schema(col), b"arrow_schema")
+                one = asdlpack(array.array("f", [7.0]))
+                return lambda: one.__arrow_c_array__(wanted)
+            producer = ap.ArrayProducer(col)
+
+            def work():
+                dl = asdlpack(producer)
+                return [dl.ndim, c_bytes(dl) == array.array("f", [7.0]).tobytes()]
+            return work
+        return make
+
+    add(g, "arrow-lists-300-deep", small(deep_lists(False)), Gives([301, True]))
+    add(g, "arrow-requested-lists-300-deep", small(deep_lists(True)),
+        buffer_error("requested_schema", "does not cast"))
+
+    def allocator_1024():
+        dlc = _dlc()
+        from dlpack import DLPackObject
+
+        api = dlc.exchange_api(DLPackObject)
+        shape = (ctypes.c_int64 * 1024)(*[1] * 1020, 2, 3, 1, 4)
+        proto = dlc.DLTensor(None, dlc.DLDevice(1, 0), 1024, dlc.DLDataType(2, 32, 1), shape,
+                             None, 0)
+        out = ctypes.POINTER(dlc.DLManagedTensorVersioned)()
+        KEEP.extend([api, shape, proto])
+
+        def call():
+            rc = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out), None,
+                                              dlc.DLPackSetError())
+            dl = asdlpack(out)
+            return [rc, dl.shape[-4:], dl.strides[-4:]]
+        return call
+
+    add(g, "allocator-of-1024-dims", small(allocator_1024),
+        Gives([0, [2, 3, 1, 4], [12, 4, 4, 1]]))
+
+    def device_1024(fake):
+        from dlpack.tests import small_stacks
+        from dlpack.tests.helpers import CAI
+
+        ptr = fake.device_array(array.array("d", range(1024)).tobytes(), device=1)
+        shape = (1,) * 1014 + (2,) * 10
+        steps = (1,) * 1014 + tuple(1 << i for i in range(10))
+        view = asdlpack(CAI(ptr, shape=shape, strides=tuple(8 * s for s in steps),
+                            typestr="<f8"))
+        want = small_stacks._expected(shape, steps)
+        return small_stacks.in_small_stack(
+            lambda: c_bytes(asdlpack(view.__dlpack__(dl_device=(1, 0), copy=True))) == want)
+
+    add(g, "device-host-copy-of-1024-dims", _on_fake_cuda(device_1024), Gives(True))
+
+
+_register_fourth_round_stacks()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 
