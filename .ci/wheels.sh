@@ -28,8 +28,12 @@ chmod +x "$work/zigcc"
 echo "tools and sdist: $((SECONDS - start)) s"
 
 # The build's environment: zig as compiler and linker, no debug info (Debian's CFLAGS have
-# -g), the shared zig cache (glibc 2.28's stubs are built once).
-build_env=(CC="$work/zigcc" LDSHARED="$work/zigcc -shared" CFLAGS=-g0
+# -g), the shared zig cache (glibc 2.28's stubs are built once). Debian's pyconfig.h includes
+# <x86_64-linux-gnu/python3.X/pyconfig.h>, which zig (its own libc headers, not /usr/include)
+# finds only through this link; no other header is looked up under that prefix.
+mkdir -p "$work/multiarch"
+ln -s /usr/include/x86_64-linux-gnu "$work/multiarch/x86_64-linux-gnu"
+build_env=(CC="$work/zigcc" LDSHARED="$work/zigcc -shared" CFLAGS="-g0 -I$work/multiarch"
            ZIG_GLOBAL_CACHE_DIR="$work/zig-cache")
 
 declare -A pyenv_versions=([3.10]=3.10.13 [3.12]=3.12.1 [3.13]=3.13.0)  # as .ci/run
