@@ -74,7 +74,8 @@ sid_umount
 
 # Tag and check each.
 for raw in "$work"/raw/*.whl; do
-    "$work/tools/bin/auditwheel" repair -q -w "$out" "$raw" 2> /dev/null
+    PATH="$work/tools/bin:$PATH" auditwheel repair -w "$out" "$raw" > "$work/logs/repair.log" 2>&1 \
+        || { cat "$work/logs/repair.log"; exit 1; }
 done
 for wheel in "$out"/*.whl; do
     policy=$("$work/tools/bin/auditwheel" show "$wheel" 2>/dev/null | tr -s ' \n' ' ' \
