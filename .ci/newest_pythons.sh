@@ -45,7 +45,7 @@ make_chroot() {
 }
 
 leg() {
-    local version=$1 tag wheel venv=/tmp/pydlpack-ci-$1 ci=/tmp/pydlpack-ci-files lacking=()
+    local version=$1 tag wheel venv=/tmp/pydlpack-ci-$1 ci=/tmp/pydlpack-ci-files-$1 lacking=()
     tag=cp${version/./}
     sid_check
     wheel=$(ls "$wheels"/pydlpack-*-"$tag-$tag"-*manylinux*.whl)
