@@ -866,6 +866,7 @@ class CStruct(ctypes.Structure):
 
 
 class PackedStruct(ctypes.Structure):
+    _layout_ = "ms"         # what _pack_ needs from Python 3.19 (deprecated without it in 3.14)
     _pack_ = 1
     _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int32)]
 
@@ -895,7 +896,10 @@ def _register_buffers() -> None:
     add(g, "mmap-close-refused", _mmap_close_refused, Gives("refused"))
     add(g, "array-d", via_buffer(lambda: array.array("d", [1, 2])),
         Gives([[2], [1], "float64", False]))
-    add(g, "array-u", via_buffer(lambda: array.array("u", "ab")), buffer_error(BUF, "format"))
+    # A str array: 'w' (Py_UCS4, Python 3.13+) where 'u' (wchar_t) is deprecated, gone in 3.16.
+    unicode_code = "w" if "w" in array.typecodes else "u"
+    add(g, "array-unicode", via_buffer(lambda: array.array(unicode_code, "ab")),
+        buffer_error(BUF, "format"))
     ctypes_cases = [
         ("long-double", lambda: (ctypes.c_longdouble * 2)(), ("'<g'", "long double")),
         ("pointer", lambda: (ctypes.c_void_p * 2)(), ("'<P'",)),
@@ -1562,11 +1566,13 @@ class _Union8(ctypes.Union):
 
 
 class _Packed4(ctypes.Structure):
+    _layout_ = "ms"
     _pack_ = 1
     _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int16), ("c", ctypes.c_int8)]
 
 
 class _Packed8(ctypes.Structure):
+    _layout_ = "ms"
     _pack_ = 1
     _fields_ = [("a", ctypes.c_int8), ("b", ctypes.c_int32), ("c", ctypes.c_int16),
                 ("d", ctypes.c_int8)]

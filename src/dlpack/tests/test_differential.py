@@ -189,7 +189,7 @@ def test_pyarrow():
     """A PyArrow array without nulls matches its own export."""
     pa = pytest.importorskip("pyarrow")
     x = pa.array([1, 2, 3], type=pa.int64())
-    _compare(x, lambda: x.__dlpack__())
+    _compare(x, lambda: x.__dlpack__(max_version=(1, 0)))     # unversioned: deprecated
 
 
 def test_array_api_strict():
