@@ -236,11 +236,14 @@ cdef object _numpy_column(object obj, type t, int *arrow, str name):
 
 cdef DLPackObject _read_numpy_column(object obj, object value):
     """The column's values as NumPy views them, __array__(copy=False) (NumPy's contract: the
-    values themselves, or an error), read as the ndarray they are (base: that ndarray)."""
+    values themselves, or an error), read as the ndarray they are (base: that ndarray). Only
+    a plain ndarray: a subclass may mean more than its memory says (a MaskedArray's mask)."""
     values = obj.__array__(copy=False)
-    if not isinstance(values, sys.modules["numpy"].ndarray):
+    if type(values) is not sys.modules["numpy"].ndarray:
         raise Refusal(f"__array__(copy=False) of {_text(type(obj).__qualname__)} gave a "
-                      f"{_text(type(values).__qualname__)}, not a numpy.ndarray")
+                      f"{_text(type(values).__qualname__)}, not a numpy.ndarray (a subclass, "
+                      "such as a MaskedArray, may mean more than its memory): convert it "
+                      "with numpy.asarray after handling what the subclass adds")
     return _asdlpack(values, False, False, -1)
 
 

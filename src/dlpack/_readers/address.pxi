@@ -46,11 +46,12 @@ cdef DLDevice _device_arg(object device, uintptr_t address) except *:
 
 
 cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
-    """Where owner exposes the buffer protocol and the address lies in the memory it exposes
-    (its first byte to one past its last), the elements described must fit in it, and that
-    export is held for the view's life: a bytearray cannot resize under it, nor an mmap close
-    (§2). An owner that exposes nothing (or other memory) leaves the address the caller's
-    promise, and nothing of it is held."""
+    """Where owner exposes the buffer protocol and the elements described reach into the
+    memory it exposes (or the address lies in it: its first byte to one past its last), they
+    must fit in it, and that export is held for the view's life: a bytearray cannot resize under
+    it, nor an mmap close; read-only memory makes the view read-only (§2). An owner that exposes
+    nothing (or other memory) leaves the address the caller's promise, and nothing of it is
+    held."""
     cdef int64_t lo = 0, hi = r.desc.layout.nbytes
     cdef Py_ssize_t i
     cdef const Py_buffer *view = <const Py_buffer *>&r._view
@@ -74,11 +75,11 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
                 end += step
         end += view.itemsize
     a = <uintptr_t>r.desc.dl.data
-    if end is None or not start <= a <= end:
+    if end is not None and not r.desc.layout.c_contig:
+        _span(r, &lo, &hi)
+    if end is None or not (start <= a <= end or (a + lo < end and a + hi > start)):
         _drop_buffer(r)
         return 0
-    if not r.desc.layout.c_contig:
-        _span(r, &lo, &hi)
     if a + lo < start or a + hi > end:
         over = (f"{a + hi - end} bytes past the end" if a + hi > end
                 else f"{start - a - lo} bytes before the start")
@@ -87,6 +88,8 @@ cdef int _within_owner(DLPackObject r, object owner, bint strided) except -1:
                       f"address {a:#x}: {over} of the memory owner exposes "
                       f"({type(owner).__name__}, {end - start} bytes at {start:#x})"
                       + ("; strides are in elements, not bytes" if strided else ""))
+    if view.readonly:
+        r.desc.flags |= FLAG_READ_ONLY
     return 0
 
 

@@ -3364,8 +3364,25 @@ def _register_fourth_round_owners() -> None:
             KEEP.append(bytes(memoryview(dl)))      # a read after an unmap faults
         return "closed"
 
+    def read_only_mapping():
+        import tempfile
+
+        with tempfile.TemporaryFile() as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            mm = mmap.mmap(f.fileno(), 4096, access=mmap.ACCESS_READ)
+        dl = _from_address(asdlpack(mm).data_ptr, (4096,), "uint8", owner=mm)
+        return dl.readonly, memoryview(dl).readonly     # a write through it would fault
+
+    def before_the_owner():
+        ba = bytearray(16)
+        return _from_address(address(ba), (16,), "uint8", owner=memoryview(ba)[8:16])
+
     add(g, "owner-bytearray-resized", resized, buffer_error(("resize", "re-size")))
     add(g, "owner-mmap-closed", closed, buffer_error("exported"))
+    add(g, "owner-mapping-read-only", read_only_mapping, Gives([True, True]))
+    add(g, "span-reaching-into-the-owner-from-before", before_the_owner,
+        buffer_error("bytes before the start"))
 
 
 _register_fourth_round_owners()

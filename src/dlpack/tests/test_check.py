@@ -469,6 +469,14 @@ def test_allow_fail_names_a_rule_of_the_checker_run():
         assert "no such" in json.loads(run.stdout)["error"]
 
 
+def test_allow_fail_refuses_the_first_rule():
+    """§12: the first rule gates every other, so allowing it would pass what nothing graded."""
+    for args in (["--allow-fail", "basic-export"], ["--consumer", "--allow-fail", "basic-import"]):
+        run = run_check("--json", *args, "dlpack.tests.broken_producers:Producer", timeout=120)
+        assert run.returncode == 2, (args, run.stdout)
+        assert "graded only when it passes" in json.loads(run.stdout)["error"]
+
+
 def test_every_shipped_factory_is_graded():
     import importlib.util
 

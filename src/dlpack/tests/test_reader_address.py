@@ -285,3 +285,35 @@ def test_the_owners_buffer_is_held_while_the_view_lives():
     dl = from_address(ctypes.addressof(buf), (2,), "float32", owner=other)
     other.extend(b"x" * 64)            # not the view's memory: not held
     assert dl.base is other
+
+
+def test_read_only_owner_memory_makes_the_view_read_only(tmp_path):
+    """§2: memory the owner exposes read-only (bytes, an mmap opened for reading) gives a
+    read-only view whatever readonly says: a consumer neither writes into bytes nor faults
+    writing to a read-only mapping."""
+    import mmap
+
+    np = lib("numpy")
+    data = b"immutable!"
+    addr = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    dl = from_address(addr, (10,), "uint8", owner=data)
+    assert dl.readonly and not np.from_dlpack(dl).flags.writeable
+    path = tmp_path / "ro"
+    path.write_bytes(b"\0" * 4096)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 4096, access=mmap.ACCESS_READ)
+    addr = np.frombuffer(mm, np.uint8).ctypes.data
+    view = np.from_dlpack(from_address(addr, (4096,), "uint8", owner=mm))
+    assert not view.flags.writeable
+    writable = from_address(ctypes.addressof(ctypes.c_char.from_buffer(bytearray(4))), (4,),
+                            "uint8", owner=bytearray(4))       # not the owner's memory
+    assert not writable.readonly
+
+
+def test_a_span_reaching_into_the_owner_from_before_it_is_bounded():
+    """§2: elements that start before the owner's memory and reach into it must fit in it, as
+    those starting inside it must; the span is refused, naming the bytes before the start."""
+    ba = bytearray(16)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(ba))
+    with pytest.raises(BufferError, match="8 bytes before the start"):
+        from_address(base, (16,), "uint8", owner=memoryview(ba)[8:16])

@@ -168,3 +168,22 @@ def test_array_giving_no_ndarray_is_refused():
     col = Column([1.0, 2.0], dtype=np.dtype("float64"))
     with pytest.raises(BufferError, match=r"__array__\(copy=False\) of Column gave a list"):
         asdlpack(col)
+
+
+def test_a_column_whose_values_are_an_ndarray_subclass_is_refused():
+    """§3: the NumPy-backed column row reads a plain ndarray only: a MaskedArray's mask (or any
+    subclass's meaning) is not in its memory, so its masked values never come out as data."""
+    np = lib("numpy")
+    pa = lib("pyarrow")
+
+    class Column:
+        dtype = np.dtype("float64")
+
+        def __arrow_c_array__(self, requested_schema=None):
+            return pa.array([1.0, None]).__arrow_c_array__()
+
+        def __array__(self, dtype=None, copy=None):
+            return np.ma.masked_array([1.0, 99.0], mask=[False, True])
+
+    with pytest.raises((BufferError, TypeError), match="MaskedArray"):
+        asdlpack(Column())

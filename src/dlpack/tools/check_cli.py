@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--allow-fail {', '.join(unknown)}: no such {suite.who} rule; they are "
                      + ", ".join(suite.rules))
+    if suite.rules[0] in args.allow_fail:
+        parser.error(f"--allow-fail {suite.rules[0]}: every other rule is graded only when it "
+                     "passes, so allowing it would pass what nothing was graded on")
     allowed = frozenset(args.allow_fail)
     errors = load_errors(args.factory)      # one that cannot be imported or found: nothing runs
     if errors:
