@@ -26,6 +26,7 @@ sid_mount() {
     local d
     for d in /proc /sys /dev /dev/pts /dev/shm; do sid_bind "$d"; done
     trap sid_umount EXIT
+    trap 'exit 143' TERM      # stopped by .ci/run (the other lane failed): unmount all the same
 }
 
 sid_umount() {
