@@ -40,7 +40,11 @@ def test_known_facts(result):
     assert ignored["status"] == "readonly_ignored" and "torch" in ignored["reason"]
     assert c["bytes", "numpy", "uint8"]["status"] == "ok"       # NumPy keeps it read-only
     assert c["numpy", "torch", "bfloat16"]["status"] == "ok"
-    assert c["torch", "memoryview", "bfloat16"]["status"] == "fail"
+    no_pep3118 = c["torch", "memoryview", "bfloat16"]      # memoryview cannot hold it: proved
+    assert no_pep3118["status"] == "unsupported" and "PEP 3118" in no_pep3118["reason"]
+    assert no_pep3118["control"]["side"] == "consumer", no_pep3118
+    assert no_pep3118["control"]["via"].endswith("→ memoryview")
+    assert no_pep3118["control"]["outcome"] == "refused" and no_pep3118["control"]["reason"]
     assert ("bytes", "torch", "float32") not in c          # bytes cannot make float32
     assert not [x for x in result["cells"] if x["status"] == "wrong"]
 
@@ -51,7 +55,9 @@ def test_header_and_pairs(result):
     assert "numpy" in h["libraries"] and "torch" in h["libraries"] and h["cuda"] is None
     pair = {(p["provider"], p["consumer"]): p for p in result["pairs"]}
     assert pair["bytes", "torch"]["verdict"] == "readonly_ignored"
-    assert pair["numpy", "memoryview"]["verdict"] == "some"
+    held = pair["numpy", "memoryview"]            # bfloat16 is unsupported: not held, not ✗
+    assert held["verdict"] == "ok" and held["dtypes"] == 3 and held["held"] == 2, held
+    assert held["counts"]["unsupported"] == 1 and held["counts"]["fail"] == 0
     assert result["schema"] == "pydlpack-matrix/1" and result["exit_status"] == 0
 
 
@@ -65,8 +71,15 @@ def test_renderers_fit_and_never_cut(result, width):
         assert not [line for line in lines if line != line.rstrip()]
         flat = " ".join(text.split())
         assert "zero-copy" in flat and "torch has no read-only tensors" in flat
-        reasons = {c["reason"] for c in result["cells"] if c["reason"]}
+        reasons = {c["reason"] for c in result["cells"]
+                   if c["reason"] and c["status"] != "unsupported"}
         assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
+        assert "memoryview (bfloat16)" in flat          # unsupported ones in short
+    verbose = " ".join(matrix_text.render_text(result, False, width, True).split())
+    for c in result["cells"]:                        # --verbose: each with its control's error
+        if c["status"] == "unsupported":
+            assert " ".join(matrix_text.explained(c).split()) in verbose
+            assert " ".join(c["control"]["reason"].split()) in verbose
     grid = matrix_text.render_text(result, True, width)
     assert "numpy → torch" in grid and "bfloat16" in grid
     if width == 200:                  # one block: each row once, every column on it

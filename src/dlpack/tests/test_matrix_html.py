@@ -236,7 +236,7 @@ def check_page(page: str, result: dict) -> Page:
         cls, summary = parsed.summaries[pair["provider"], pair["consumer"]]
         assert cls == f"v-{pair['verdict']}"
         assert summary.split()[0] == matrix_cases.PAIR_SYMBOLS[pair["verdict"]]
-        assert summary.split()[1].endswith(f"/{pair['dtypes']}")
+        assert summary.split()[1].endswith(f"/{pair['held']}")
     return parsed
 
 
@@ -299,7 +299,10 @@ def real():
 
 def test_real_run_page(real):
     check_page(render_html(real), real)
-    assert any(c["status"] == "fail" for c in real["cells"])     # reasons shown, not only ✓
+    shown = [c for c in real["cells"] if c["status"] in ("fail", "unsupported")]
+    assert shown                                                 # reasons shown, not only ✓
+    text = " ".join(visible_text(render_html(real)).split())
+    assert all(" ".join(c["control"]["reason"].split()) in text for c in shown)
 
 
 def run_cli(*args):

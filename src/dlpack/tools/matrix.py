@@ -33,6 +33,7 @@ from dlpack.tools.matrix_cases import (
     reason_of,
     run_cell,
 )
+from dlpack.tools.matrix_control import Controls
 from dlpack.tools.matrix_env import NoCuda, cuda_info, header
 from dlpack.tools.matrix_html import render_html
 from dlpack.tools.matrix_text import (
@@ -49,7 +50,10 @@ EXIT_NO_DEVICE = 3
 # -- running and grading -------------------------------------------------------------------------
 
 def _pair_verdict(counts: dict[str, int]) -> str:
-    """The worst thing that happened between two libraries, for the summary."""
+    """The worst thing that happened between two libraries, for the summary; dtypes one side
+    cannot hold (``unsupported``) do not count against the pair."""
+    if counts["unsupported"] == sum(counts.values()):
+        return "unsupported"
     for status in ("wrong", "readonly_ignored", "unverified"):
         if counts[status]:
             return status
@@ -59,7 +63,8 @@ def _pair_verdict(counts: dict[str, int]) -> str:
 
 
 def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> list[dict]:
-    """Per provider × consumer: how many dtypes ended in each status, and the verdict."""
+    """Per provider × consumer: how many dtypes ended in each status, the verdict, and how
+    many dtypes both sides hold (``held``: those not ``unsupported``)."""
     out = []
     for p in providers:
         for c in consumers:
@@ -68,7 +73,8 @@ def _pairs(cells: list[Cell], providers: list[str], consumers: list[str]) -> lis
                 continue
             counts = {s: sum(x.status == s for x in mine) for s in STATUSES}
             out.append({"provider": p, "consumer": c, "verdict": _pair_verdict(counts),
-                        "dtypes": len(mine), "counts": counts})
+                        "dtypes": len(mine), "held": len(mine) - counts["unsupported"],
+                        "counts": counts})
     return out
 
 
@@ -86,6 +92,7 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
     todo = [(p, c, d) for p in p_names for c in c_names for d in names]
     needs = {c: alignment_need(c) if device == "cpu" and todo else None for c in c_names}
     cells, not_run = [], []
+    controls = Controls()
     for i, (p, c, d) in enumerate(todo):
         if progress:
             progress(i, len(todo), p, c, d)
@@ -93,7 +100,7 @@ def _build(providers, consumers, dtypes, device, progress, cuda) -> dict:
         if cell is not None and cell.status == "not_run":
             not_run.append({"provider": p, "consumer": c, "dtype": d, "library": cell.reason})
         elif cell is not None:
-            cells.append(cell)
+            cells.append(controls.judge(cell))
     if progress:
         progress(len(todo), len(todo), "", "", "")
     wrong = any(c.status == "wrong" for c in cells)

@@ -6,7 +6,8 @@ Each cell is one real exchange of a 6-element array, graded by what was measured
 (zero-copy, values read back right), ``copy`` (right values, but the consumer or the provider
 copied), ``readonly_ignored`` (zero-copy of read-only memory into a result that reports itself
 writable), ``fail`` (with the reason), ``unverified`` (exchanged, but the values could not be read
-back, with why) or ``wrong`` (values read and different: a bug).
+back, with why) or ``wrong`` (values read and different: a bug); a failed exchange whose control
+without pydlpack fails too on the side at fault is ``unsupported`` (``matrix_control``).
 
 Same machine, same libraries, same cells: each provider's CPU data is placed on a 64-byte
 boundary (made again until it is), and a consumer that shares only aligned data (measured once
@@ -24,7 +25,7 @@ import importlib
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlpack import DLDeviceType, asdlpack, todict
 from dlpack._types import FLAG_BITMASK_READ_ONLY
@@ -51,8 +52,9 @@ class NotApplicable(Exception):
 
 @dataclass
 class Cell:
-    """One exchange: who, which dtype, the measured status, why (empty for ``ok``) and a
-    condition the status depends on (``note``, e.g. the data's alignment; usually empty)."""
+    """One exchange: who, which dtype, the measured status, why (empty for ``ok``), a
+    condition the status depends on (``note``, e.g. the data's alignment; usually empty) and,
+    for a failed exchange, its control without pydlpack (``matrix_control``; else None)."""
 
     provider: str
     consumer: str
@@ -60,13 +62,14 @@ class Cell:
     status: str
     reason: str = ""
     note: str = ""
+    control: dict | None = field(default=None)
 
 
 # -- the statuses of a cell, and of a provider × consumer pair (its worst cell) ------------------
 
-STATUSES = ["ok", "copy", "readonly_ignored", "fail", "unverified", "wrong"]
-SYMBOLS = {"ok": "✓", "copy": "✓c", "readonly_ignored": "⚠", "fail": "✗", "unverified": "?",
-           "wrong": "!!"}
+STATUSES = ["ok", "copy", "readonly_ignored", "unsupported", "fail", "unverified", "wrong"]
+SYMBOLS = {"ok": "✓", "copy": "✓c", "readonly_ignored": "⚠", "unsupported": "–", "fail": "✗",
+           "unverified": "?", "wrong": "!!"}
 LEGEND = {
     "ok": "zero-copy, values read back right",
     "copy": "values right, but the consumer or the provider copied",
@@ -75,17 +78,21 @@ LEGEND = {
                         "memoryview.readonly, array-api-strict's ndarray flags, tvm-ffi's own "
                         "export flags; torch has no read-only tensors; JAX and TensorFlow arrays "
                         "are immutable",
-    "fail": "the exchange raised (reason below)",
+    "unsupported": "the exchange raised, and so does a control without pydlpack: one side "
+                   "cannot hold the dtype (the control's error beside pydlpack's)",
+    "fail": "the exchange raised (reason below), and no control without pydlpack shows the "
+            "dtype unsupported",
     "unverified": "exchanged, but the values could not be read back (why below)",
     "wrong": "values read back and different: a bug",
 }
 PAIR_SYMBOLS = {"wrong": "!!", "readonly_ignored": "⚠", "unverified": "?", "none": "✗",
-                "some": "◐", "copy": "✓c", "ok": "✓"}
+                "some": "◐", "copy": "✓c", "ok": "✓", "unsupported": "–"}
 PAIR_LEGEND = {
     "ok": "every dtype zero-copy", "copy": "every dtype works, some copied",
     "some": "some dtypes fail", "none": "every dtype fails",
     "unverified": "some values could not be read back", "readonly_ignored":
     "read-only memory handed out writable", "wrong": "wrong values",
+    "unsupported": "no dtype both sides hold",
 }
 
 
@@ -586,16 +593,20 @@ def run_cell(provider: str, consumer: str, name: str, need: int | None = None) -
         return _not_run(provider, consumer, name, e)
     except Exception as e:
         return Cell(provider, consumer, name, "fail",
-                    "provider: " + _said(e, PROVIDERS[provider][0]))
+                    "provider: " + _said(e, PROVIDERS[provider][0]), "",
+                    {"side": "none", "via": provider, "outcome": "not_run",
+                     "reason": "the provider failed to make it: pydlpack was not called"})
     try:
         dl = asdlpack(obj)
         again = asdlpack(obj)
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", _said(e, "dlpack"))
+        return Cell(provider, consumer, name, "fail", _said(e, "dlpack"), "",
+                    {"side": "provider"})
     try:
         result = CONSUMERS[consumer][1](dl)
     except Exception as e:
-        return Cell(provider, consumer, name, "fail", _said(e, CONSUMERS[consumer][0]))
+        return Cell(provider, consumer, name, "fail", _said(e, CONSUMERS[consumer][0]), "",
+                    {"side": "consumer"})
     try:
         got = _values(result, name)
     except ModuleNotFoundError as e:

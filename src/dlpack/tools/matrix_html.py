@@ -58,6 +58,7 @@ summary .n { text-decoration: underline dotted; }
 .v-ok { background: #e6f5ee; } .v-copy { background: #cfe6f7; } .v-some { background: #f0dc6e; }
 .v-unverified { background: #c8c8c8; } .v-none { background: #eea27e; }
 .v-readonly_ignored { background: #d58fbd; } .v-wrong { background: #5c0a1e; color: #fff; }
+.v-unsupported { background: #f2f2f2; color: #444; } .u { color: #555; font-size: .85em; }
 .error { border: 2px solid #5c0a1e; padding: .3rem .5rem; }
 footer { margin-top: 1.5rem; color: #444; font-size: .9rem; }
 @media (max-width: 40rem) { .grid { font-size: .85rem; } }
@@ -73,7 +74,8 @@ footer { margin-top: 1.5rem; color: #444; font-size: .9rem; }
 
 # A cell status's colour: the verdict class that means the same for a whole pair.
 _STATUS_CLASS = {"ok": "ok", "copy": "copy", "readonly_ignored": "readonly_ignored",
-                 "fail": "none", "unverified": "unverified", "wrong": "wrong"}
+                 "unsupported": "unsupported", "fail": "none", "unverified": "unverified",
+                 "wrong": "wrong"}
 
 
 def _mark(symbol: str) -> str:
@@ -97,7 +99,9 @@ def _header(h: dict) -> list[str]:
 def _legend() -> list[str]:
     out = ['<section id="legend"><h2>Legend</h2>',
            "<p>A cell is a provider × consumer pair: its worst status, then how many of the "
-           "dtypes the provider makes worked (n/m). Open it for each dtype and why.</p>",
+           "dtypes both sides hold worked (n/m), and how many dtypes one side cannot hold "
+           "(– unsupported, proved by a control without pydlpack), which do not count against "
+           "the pair. Open it for each dtype and why.</p>",
            '<ul class="legend">']
     out += [f'<li><span class="v-{k}">{_mark(PAIR_SYMBOLS[k])}</span> {escape(v)}</li>'
             for k, v in PAIR_LEGEND.items()]
@@ -122,10 +126,11 @@ def _cell(pair: dict, cells: list[dict]) -> str:
     n = pair["counts"]
     worked = n["ok"] + n["copy"] + n["readonly_ignored"]
     verdict = pair["verdict"]
+    apart = f' <span class="u">{n["unsupported"]} –</span>' if n["unsupported"] else ""
     return (f'<td class="v-{verdict}" data-provider="{escape(pair["provider"])}" '
             f'data-consumer="{escape(pair["consumer"])}" data-verdict="{verdict}">'
             f"<details><summary>{_mark(PAIR_SYMBOLS[verdict])} "
-            f'<span class="n">{worked}/{pair["dtypes"]}</span></summary>'
+            f'<span class="n">{worked}/{pair["held"]}</span>{apart}</summary>'
             f'<ul class="cell">{"".join(items)}</ul></details></td>')
 
 

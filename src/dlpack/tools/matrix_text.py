@@ -48,22 +48,66 @@ def _header_lines(h: dict, width: int) -> list[str]:
     return lines + _wrap("libraries: " + libs, width, "  ", "")
 
 
+def controlled(cell: dict) -> str:
+    """What a failed cell's control without pydlpack showed, in words ("" for other cells)."""
+    control = cell.get("control") or {}
+    outcome = control.get("outcome")
+    if cell["status"] == "unsupported":
+        return f"without pydlpack too, {control['via']}: {control['reason']}"
+    if outcome == "passed":
+        return f"pydlpack's failure: without it, {control['via']} {control['reason']}"
+    return f"no control: {control['reason']}" if outcome == "not_run" else ""
+
+
+def bridge_failed(cell: dict) -> bool:
+    """A failed cell whose control without pydlpack passes: pydlpack's own failure."""
+    return cell["status"] == "fail" and (cell.get("control") or {}).get("outcome") == "passed"
+
+
 def explained(cell: dict) -> str:
-    """What a cell's footnote says: its reason and its note ("" for a plain ok)."""
-    return "; ".join(x for x in (cell["reason"], cell.get("note", "")) if x)
+    """What a cell's footnote says: its reason, its note and its control ("" for a plain ok);
+    pydlpack's own failure says so first."""
+    parts = [cell["reason"], cell.get("note", ""), controlled(cell)]
+    if bridge_failed(cell):
+        parts.insert(0, parts.pop())
+    return "; ".join(x for x in parts if x)
 
 
-def reason_groups(result: dict, verbose: bool = False) -> list[tuple[str, str, list[str]]]:
-    """(status, explanation, [where]) for every cell with one, grouped by explanation; where
-    is said once by rows and columns (``grouped_places``), or pair by pair when ``verbose``."""
+def reason_groups(result: dict, verbose: bool = False,
+                  unsupported: bool = True) -> list[tuple[str, str, list[str]]]:
+    """(status, explanation, [where]) for every cell with one, grouped by explanation, worst
+    first (pydlpack's own failures first of all); where is said once by rows and columns
+    (``grouped_places``), or pair by pair when ``verbose``. ``unsupported``: False leaves
+    those cells out (``unsupported_lines`` says them in short)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for c in result["cells"]:
         text = explained(c)
-        if text:
+        if text and (unsupported or c["status"] != "unsupported"):
             groups.setdefault((c["status"], text), []).append(c)
     order = {s: i for i, s in enumerate(reversed(STATUSES))}
+    ranked = sorted(groups.items(), key=lambda g: (order[g[0][0]], not bridge_failed(g[1][0])))
     return [(status, text, _pair_by_pair(cells) if verbose else grouped_places(result, cells))
-            for (status, text), cells in sorted(groups.items(), key=lambda g: order[g[0][0]])]
+            for (status, text), cells in ranked]
+
+
+def unsupported_lines(result: dict) -> list[str]:
+    """The unsupported dtypes in short, by the side that cannot hold them: one line for the
+    consumers, one for the providers, holders with the same dtypes named together."""
+    order = {d: i for i, d in enumerate(result["dtypes"])}
+    out = []
+    for side in ("consumer", "provider"):
+        held: dict[str, set[str]] = {}
+        for c in result["cells"]:
+            if c["status"] == "unsupported" and c["control"]["side"] == side:
+                held.setdefault(c[side], set()).add(c["dtype"])
+        names: dict[tuple[str, ...], list[str]] = {}
+        for name, dtypes in held.items():
+            names.setdefault(tuple(sorted(dtypes, key=order.__getitem__)), []).append(name)
+        if names:
+            out.append(f"{SYMBOLS['unsupported']} {side}s that cannot hold a dtype, shown by a "
+                       "control without pydlpack (its error: --verbose, --json, --html): "
+                       + "; ".join(f"{', '.join(n)} ({', '.join(d)})" for d, n in names.items()))
+    return out
 
 
 def _pair_by_pair(cells: list[dict]) -> list[str]:
@@ -108,9 +152,12 @@ def not_run_lines(result: dict) -> list[str]:
 
 
 def totals(result: dict) -> str:
-    """How many cells ended in each status."""
+    """How many cells ended in each status, and how many failures are pydlpack's own."""
     counts = {s: sum(c["status"] == s for c in result["cells"]) for s in STATUSES}
-    return ", ".join(f"{counts[s]} {SYMBOLS[s]} {s}" for s in STATUSES)
+    own = sum(map(bridge_failed, result["cells"]))
+    mine = f" ({own} of them pydlpack's own: a control without it passes)" if own else ""
+    return ", ".join(f"{counts[s]} {SYMBOLS[s]} {s}" + (mine if s == "fail" else "")
+                     for s in STATUSES)
 
 
 def _summary_rows(result: dict) -> tuple[list[str], list[str], list[list[str]]]:
@@ -127,7 +174,8 @@ def _summary_rows(result: dict) -> tuple[list[str], list[str], list[list[str]]]:
             n = x["counts"]
             made = x["dtypes"]
             worked = n["ok"] + n["copy"] + n["readonly_ignored"]
-            row.append(f"{PAIR_SYMBOLS[x['verdict']]} {worked}")
+            held = f"/{x['held']}" if n["unsupported"] else ""
+            row.append(f"{PAIR_SYMBOLS[x['verdict']]} {worked}{held}")
         labels.append(f"{p} ({made})")
         rows.append(row)
     return labels, [SHORT.get(c, c) for c in result["consumers"]], rows
@@ -149,7 +197,7 @@ def _grid_rows(result: dict) -> tuple[list[str], list[str], list[list[str]], dic
                     continue
                 mark = SYMBOLS[cell["status"]]
                 text = explained(cell)
-                if text:
+                if text and cell["status"] != "unsupported":
                     mark += str(notes.setdefault(text, len(notes) + 1))
                 row.append(mark)
             if any(row):
@@ -163,8 +211,9 @@ def _short_names(result: dict) -> str:
     return "(" + ", ".join(short) + ")" if short else ""
 
 
-SUMMARY_LEGEND = ("; n = dtypes that worked, (m) = dtypes the provider makes; --grid shows "
-                  "each dtype")
+SUMMARY_LEGEND = ("; n = dtypes that worked, (m) = dtypes the provider makes; n/m: m = "
+                  "dtypes both sides hold, where one side cannot hold some (– unsupported, "
+                  "below); --grid shows each dtype")
 
 
 def render_text(result: dict, grid: bool = False, width: int | None = None,
@@ -182,6 +231,8 @@ def render_text(result: dict, grid: bool = False, width: int | None = None,
         out += ["", *_wrap(totals(result), width), ""]
         for text, n in notes.items():
             out += _wrap(text, width, "      ", f"{n:>4}. ")
+        for line in unsupported_lines(result):
+            out += _wrap(line, width, "    ")
     else:
         labels, heads, rows = _summary_rows(result)
         out += _wrap(" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
@@ -189,9 +240,11 @@ def render_text(result: dict, grid: bool = False, width: int | None = None,
         out += ["", *_table("provider (m)", labels, heads, rows, width)]
         out += _wrap(_short_names(result), width) if _short_names(result) else []
         out += ["", *_wrap(totals(result), width), ""]
-        for status, text, where in reason_groups(result, verbose):
+        for status, text, where in reason_groups(result, verbose, verbose):
             out += _wrap(f"{SYMBOLS[status]} {text}", width, "    ")
             out += _wrap("in: " + "; ".join(where), width, "      ", "    ")
+        for line in ([] if verbose else unsupported_lines(result)):
+            out += _wrap(line, width, "    ")
     if result["unavailable"] or result.get("not_run"):
         out.append("")
         for line in unavailable_lines(result) + not_run_lines(result):
@@ -217,6 +270,7 @@ def render_markdown(result: dict, grid: bool = False, verbose: bool = False) -> 
                 for label, row in zip(labels, rows, strict=True)]
         out += ["", _short_names(result), "", totals(result), ""]
         out += [f"{n}. {text.replace('|', '/')}" for text, n in notes.items()]
+        out += [f"- {line}" for line in unsupported_lines(result)]
     else:
         labels, heads, rows = _summary_rows(result)
         out += [" · ".join(f"{PAIR_SYMBOLS[k]} {v}" for k, v in PAIR_LEGEND.items())
@@ -226,9 +280,10 @@ def render_markdown(result: dict, grid: bool = False, verbose: bool = False) -> 
         out += ["| " + label + " | " + " | ".join(row) + " |"
                 for label, row in zip(labels, rows, strict=True)]
         out += ["", _short_names(result), "", totals(result), ""]
-        for n, (status, text, where) in enumerate(reason_groups(result, verbose), 1):
+        for n, (status, text, where) in enumerate(reason_groups(result, verbose, verbose), 1):
             out.append(f"{n}. {SYMBOLS[status]} {text.replace('|', '/')} — in: "
                        + "; ".join(where))
+        out += [f"- {line}" for line in ([] if verbose else unsupported_lines(result))]
     if result["unavailable"] or result.get("not_run"):
         out += ["", *[f"- {line}" for line in unavailable_lines(result) + not_run_lines(result)]]
     return "\n".join(line.rstrip() for line in out) + "\n"
