@@ -450,3 +450,149 @@ def test_a_legacy_consumers_private_copy_names_the_way_to_share():
                     "READ_ONLY: read-only data is shared, not copied")
     assert cell.status == "copy", cell
     assert "allow_legacy_readonly=True" in cell.reason and "64-byte boundary" in cell.reason
+
+
+# -- unsupported: a failure proved by a control without pydlpack (spec §9) ------------------------
+
+def _picky(obj):
+    """A consumer with no float16, whoever hands it one."""
+    arr = lib("numpy").from_dlpack(obj)
+    if arr.dtype == "float16":
+        raise TypeError("picky has no float16")
+    return arr
+
+
+def _broken_bridge(obj):
+    """A consumer that takes float16 from any producer but pydlpack's objects."""
+    arr = lib("numpy").from_dlpack(obj)
+    if arr.dtype == "float16" and type(obj).__module__.startswith("dlpack"):
+        raise BufferError("the bridge dropped it")
+    return arr
+
+
+def _only_pydlpack(obj):
+    """A consumer that takes nothing but pydlpack's objects, and no float16: no control can
+    run, since no native producer's float32 gets through."""
+    if not type(obj).__module__.startswith("dlpack"):
+        raise TypeError("only pydlpack objects")
+    return _picky(obj)
+
+
+def _views(run):
+    """The run's text (default and --verbose), page and JSON, each flattened."""
+    from dlpack.tools.matrix_html import render_html
+
+    flat = " ".join
+    return (flat(matrix_text.render_text(run, False, 80).split()),
+            flat(matrix_text.render_text(run, False, 80, True).split()),
+            flat(render_html(run).replace("&gt;", ">").replace("&#x27;", "'").split()),
+            json.loads(json.dumps(run)))
+
+
+@pytest.mark.parametrize("name, consume, status, outcome, words", [
+    ("picky", _picky, "unsupported", "refused", "picky has no float16"),
+    ("broken", _broken_bridge, "fail", "passed", "took it as a numpy ndarray of dtype float16"),
+    ("only_pydlpack", _only_pydlpack, "fail", "not_run",
+     "does not take numpy's float32 either"),
+])
+def test_a_failure_is_unsupported_only_when_its_control_fails(monkeypatch, name, consume,
+                                                              status, outcome, words):
+    """float16 from every provider: refused everywhere (unsupported, with the control's own
+    error), refused only through pydlpack (fail, pydlpack's own, said first and counted), or
+    refused where no control can run (fail, saying why); text, page and JSON agree."""
+    lib("numpy")
+    monkeypatch.setitem(matrix_cases.CONSUMERS, name, ("builtins", consume, "cpu"))
+    run = matrix.build(providers=["numpy", "array.array"], consumers=[name],
+                       dtypes=["float16", "float32"])
+    c = cells(run)
+    cell = c["numpy", name, "float16"]
+    assert cell["status"] == status and cell["control"]["outcome"] == outcome, cell
+    assert cell["control"]["side"] == "consumer" and words in cell["control"]["reason"], cell
+    assert c["numpy", name, "float32"]["status"] == "ok"
+    assert c["array.array", name, "float32"]["status"] == "ok"       # it makes no float16
+    pair = {(p["provider"], p["consumer"]): p for p in run["pairs"]}["numpy", name]
+    assert pair["dtypes"] == 2 and pair["counts"][status] == 1
+    assert (pair["verdict"], pair["held"]) == (("ok", 1) if status == "unsupported" else
+                                              ("some", 2)), pair
+    text, verbose, page, data = _views(run)
+    explained = " ".join(matrix_text.explained(cell).split())
+    assert data["cells"] == run["cells"] and cell in data["cells"]
+    assert explained in verbose and explained in page
+    totals = matrix_text.totals(run)
+    assert f"1 {matrix_cases.SYMBOLS[status]} {status}" in totals and totals in text
+    if status == "unsupported":
+        assert explained not in text                  # in short: who cannot hold what
+        assert "consumers that cannot hold a dtype" in text and f"{name} (float16)" in text
+        assert "✓ 1/1" in text                        # the pair keeps its ✓ over what it holds
+    else:
+        assert explained in text
+    if outcome == "passed":                           # pydlpack's own failure stands out
+        assert explained.startswith("pydlpack's failure: without it, numpy → broken took it")
+        assert "(1 of them pydlpack's own: a control without it passes)" in totals
+        assert "✗ pydlpack's failure: without it" in text
+    if outcome == "not_run":
+        assert "no control: no native producer of float16 that only_pydlpack takes" in text
+
+
+def test_a_control_runs_once_per_consumer_and_dtype(monkeypatch):
+    lib("numpy")
+    seen = []
+
+    def counting(obj):
+        seen.append(type(obj).__module__.split(".")[0])
+        return _picky(obj)
+
+    monkeypatch.setitem(matrix_cases.CONSUMERS, "picky", ("builtins", counting, "cpu"))
+    run = matrix.build(providers=["numpy", "torch", "jax"], consumers=["picky"],
+                       dtypes=["float16"])
+    assert {c["status"] for c in run["cells"]} == {"unsupported"}
+    natives = [m for m in seen if m != "dlpack"]
+    assert len(natives) == len(set(natives)) * 2, seen      # float32 and float16, once each
+
+
+def test_arrow_bools_are_unsupported_by_the_providers_own_export():
+    """Bit-packed bools: pyarrow's own __dlpack__ refuses them; polars has no __dlpack__, and
+    its Arrow export's format 'b' is read without pydlpack; DuckDB's one-column table too."""
+    lib("numpy")
+    lib("pyarrow")
+    providers = [p for p in ("pyarrow", "polars", "duckdb") if _installed(p)]
+    run = matrix.build(providers=providers, consumers=["numpy"], dtypes=["bool", "int8"])
+    c = cells(run)
+    own = c["pyarrow", "numpy", "bool"]
+    assert own["status"] == "unsupported" and own["control"]["side"] == "provider", own
+    assert own["control"]["via"] == "pyarrow's own __dlpack__" and "it-packed" in \
+        own["control"]["reason"]
+    for p in providers[1:]:
+        cell = c[p, "numpy", "bool"]
+        assert cell["status"] == "unsupported", cell
+        assert cell["control"]["via"] == f"{p}'s Arrow export"
+        assert cell["control"]["reason"].startswith("format 'b' (bit-packed bool)")
+    assert {c[p, "numpy", "int8"]["status"] for p in providers} <= {"ok", "copy"}
+
+
+def test_a_provider_that_exports_what_pydlpack_refuses_is_a_fail(monkeypatch):
+    """A deliberately broken bridge on the provider's side: pydlpack refuses NumPy's float16,
+    which NumPy's own __dlpack__ exports: fail, pydlpack's own."""
+    lib("numpy")
+    real = matrix_cases.asdlpack
+
+    def broken(obj, *args, **kwargs):
+        if getattr(obj, "dtype", None) == "float16":
+            raise BufferError("the bridge dropped it")
+        return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(matrix_cases, "asdlpack", broken)
+    run = matrix.build(providers=["numpy"], consumers=["numpy"], dtypes=["float16"])
+    cell = run["cells"][0]
+    assert cell["status"] == "fail" and cell["control"]["side"] == "provider", cell
+    assert cell["control"]["outcome"] == "passed"
+    assert cell["control"]["via"] == "numpy's own __dlpack__"
+    assert matrix_text.explained(cell).startswith("pydlpack's failure: without it, numpy's own")
+
+
+def _installed(module):
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True

@@ -256,6 +256,28 @@ def test_synthetic_page_holds_every_cell_and_the_header():
         assert f"{matrix_cases.SYMBOLS[status]} {status}:" in text
 
 
+def test_unsupported_dtypes_count_apart_on_the_page():
+    """A pair whose only non-✓ dtypes are unsupported keeps its ✓ over the dtypes both sides
+    hold, the unsupported ones counted apart; a pair with nothing both hold is – 0/0."""
+    control = {"side": "consumer", "via": "numpy → Z", "outcome": "refused",
+               "reason": "TypeError: Z has no float32"}
+    mine = dict(control, side="provider", via="A's own __dlpack__")
+    extra = (*(matrix_cases.Cell(p, "Z", "float32", "unsupported", COLUMN, "", control)
+               for p in "BC"),
+             matrix_cases.Cell("A", "Y", "int8", "unsupported", ROW, "", mine))
+    result = synthetic(extra=extra)
+    pairs = {(x["provider"], x["consumer"]): x for x in result["pairs"]}
+    assert pairs["C", "Z"]["verdict"] == "ok" and pairs["C", "Z"]["held"] == 1
+    assert pairs["A", "Y"]["verdict"] == "unsupported" and pairs["A", "Y"]["held"] == 0
+    page = render_html(result)
+    parsed = check_page(page, result)
+    assert parsed.summaries["C", "Z"] == ("v-ok", "✓ 1/1 1 –")
+    assert parsed.summaries["A", "Y"] == ("v-unsupported", "– 0/0 1 –")
+    text = " ".join(visible_text(page).split())
+    assert "without pydlpack too, numpy → Z: TypeError: Z has no float32" in text
+    assert "2 – unsupported, 1 ✗ fail" not in text and "3 – unsupported, 0 ✗ fail" in text
+
+
 def visible_text(page: str) -> str:
     """What a reader sees of the page (its text, without the style sheet)."""
     out: list[str] = []
