@@ -74,7 +74,7 @@ def test_renderers_fit_and_never_cut(result, width):
         reasons = {c["reason"] for c in result["cells"]
                    if c["reason"] and c["status"] != "unsupported"}
         assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
-        assert "memoryview (bfloat16)" in flat          # unsupported ones in short
+        assert "take them: memoryview (bfloat16)" in flat        # unsupported ones in short
     verbose = " ".join(matrix_text.render_text(result, False, width, True).split())
     for c in result["cells"]:                        # --verbose: each with its control's error
         if c["status"] == "unsupported":
@@ -522,7 +522,7 @@ def test_a_failure_is_unsupported_only_when_its_control_fails(monkeypatch, name,
     assert f"1 {matrix_cases.SYMBOLS[status]} {status}" in totals and totals in text
     if status == "unsupported":
         assert explained not in text                  # in short: who cannot hold what
-        assert "consumers that cannot hold a dtype" in text and f"{name} (float16)" in text
+        assert "consumers that cannot take them: " + f"{name} (float16)" in text
         assert "✓ 1/1" in text                        # the pair keeps its ✓ over what it holds
     else:
         assert explained in text

@@ -18,6 +18,8 @@ import ctypes
 import importlib
 import warnings
 
+import dlpack._capsule_api as _capi
+from dlpack.tools.check_arrow import ArrowArrayStream, ArrowSchema
 from dlpack.tools.matrix_cases import (
     CONSUMERS,
     PROVIDERS,
@@ -177,26 +179,10 @@ def _exports(provider: str, name: str) -> str | None:
     return _own_export(obj) if hasattr(obj, "__dlpack__") else None
 
 
-class _ArrowSchema(ctypes.Structure):
-    _fields_ = [("format", ctypes.c_char_p), ("name", ctypes.c_char_p),
-                ("metadata", ctypes.c_char_p), ("flags", ctypes.c_int64),
-                ("n_children", ctypes.c_int64), ("children", ctypes.c_void_p),
-                ("dictionary", ctypes.c_void_p), ("release", ctypes.c_void_p),
-                ("private_data", ctypes.c_void_p)]
-
-
-_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowSchema))
-_GET_SCHEMA = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_ArrowSchema))
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-def _format(schema: _ArrowSchema) -> str:
+def _format(schema: ArrowSchema) -> str:
     """An Arrow schema's format; a one-column table's (a struct of one child), its column's."""
     if schema.format == b"+s" and schema.n_children == 1:
-        child = ctypes.cast(schema.children, ctypes.POINTER(ctypes.POINTER(_ArrowSchema)))
-        return _format(child[0].contents)
+        return _format(schema.children[0].contents)
     return (schema.format or b"").decode()
 
 
@@ -210,19 +196,19 @@ def _arrow_format(obj) -> str | None:
         elif hasattr(obj, "__arrow_c_array__"):
             capsule = obj.__arrow_c_array__()[0]
         elif hasattr(obj, "__arrow_c_stream__"):
-            stream = obj.__arrow_c_stream__()
-            address = _capsule_pointer(stream, b"arrow_array_stream")
-            schema = _ArrowSchema()
-            get = _GET_SCHEMA(ctypes.c_void_p.from_address(address).value)
-            if get(address, ctypes.byref(schema)) != 0:
+            capsule = obj.__arrow_c_stream__()          # released by its capsule's destructor
+            stream = ArrowArrayStream.from_address(_capi.GetPointer(capsule,
+                                                                    b"arrow_array_stream"))
+            schema = ArrowSchema()
+            if stream.get_schema(ctypes.byref(stream), ctypes.byref(schema)) != 0:
                 return None
             try:
                 return _format(schema)
             finally:
                 if schema.release:
-                    _RELEASE(schema.release)(ctypes.byref(schema))
+                    schema.release(ctypes.byref(schema))
         else:
             return None
-        return _format(_ArrowSchema.from_address(_capsule_pointer(capsule, b"arrow_schema")))
+        return _format(ArrowSchema.from_address(_capi.GetPointer(capsule, b"arrow_schema")))
     except Exception:
         return None

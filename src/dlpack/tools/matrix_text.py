@@ -91,11 +91,11 @@ def reason_groups(result: dict, verbose: bool = False,
 
 
 def unsupported_lines(result: dict) -> list[str]:
-    """The unsupported dtypes in short, by the side that cannot hold them: one line for the
-    consumers, one for the providers, holders with the same dtypes named together."""
+    """The unsupported dtypes in short (one line, none without them), by the side that cannot
+    take or export them, holders with the same dtypes named together."""
     order = {d: i for i, d in enumerate(result["dtypes"])}
-    out = []
-    for side in ("consumer", "provider"):
+    parts = []
+    for side, verb in (("consumer", "take"), ("provider", "export")):
         held: dict[str, set[str]] = {}
         for c in result["cells"]:
             if c["status"] == "unsupported" and c["control"]["side"] == side:
@@ -104,10 +104,12 @@ def unsupported_lines(result: dict) -> list[str]:
         for name, dtypes in held.items():
             names.setdefault(tuple(sorted(dtypes, key=order.__getitem__)), []).append(name)
         if names:
-            out.append(f"{SYMBOLS['unsupported']} {side}s that cannot hold a dtype, shown by a "
-                       "control without pydlpack (its error: --verbose, --json, --html): "
-                       + "; ".join(f"{', '.join(n)} ({', '.join(d)})" for d, n in names.items()))
-    return out
+            parts.append(f"{side}s that cannot {verb} them: "
+                         + "; ".join(f"{', '.join(n)} ({', '.join(d)})" for d, n in names.items()))
+    if not parts:
+        return []
+    return [f"{SYMBOLS['unsupported']} unsupported, shown by a control without pydlpack (its "
+            "error: --verbose, --json, --html) — " + " — ".join(parts)]
 
 
 def _pair_by_pair(cells: list[dict]) -> list[str]:
