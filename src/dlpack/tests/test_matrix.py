@@ -74,7 +74,7 @@ def test_renderers_fit_and_never_cut(result, width):
         reasons = {c["reason"] for c in result["cells"]
                    if c["reason"] and c["status"] != "unsupported"}
         assert all(" ".join(r.split()) in flat for r in reasons)     # wrapped, whole
-        assert "take them: memoryview (bfloat16)" in flat        # unsupported ones in short
+        assert "consumers that cannot take them: numpy, memoryview (bfloat16)" in flat
     verbose = " ".join(matrix_text.render_text(result, False, width, True).split())
     for c in result["cells"]:                        # --verbose: each with its control's error
         if c["status"] == "unsupported":
