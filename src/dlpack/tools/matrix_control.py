@@ -99,8 +99,9 @@ class Controls:
         return self._baseline[key]
 
     def _consumer_control(self, consumer: str, name: str) -> dict:
-        """The consumer handed each native producer's ``name`` directly; the first refusal (or
-        conversion) is the evidence, unless one of them passes."""
+        """The consumer handed each native producer's ``name`` directly, until one passes;
+        else the evidence is a refusal of data its producer's own ``__dlpack__`` exports (the
+        refusal is then the consumer's), else any refusal, else a conversion."""
         found: list[tuple[int, str, str, str]] = []
         skipped: list[str] = []
         for producer in NATIVE:
