@@ -1,7 +1,8 @@
 """Check the graph of _core.pyx's included files: each name a .pxi uses is defined in itself or
-in a file included before it, the readers (_readers/) and writers (_writers/) use each other's names
-only through the shared files, and each group of DLPackObject's fields is written only by its
-owners (docs/spec.md §1's layout).
+in a file included before it, every .pxi of the package (its subdirectories _cuda/, _readers/ and
+_writers/ too) is included once and every include names a file, the readers (_readers/) and
+writers (_writers/) use each other's names only through the shared files, and each group of
+DLPackObject's fields is written only by its owners (docs/spec.md §1's layout).
 
     python .ci/include_graph.py [SRC]     # SRC: the package directory (src/dlpack)
 
@@ -148,26 +149,41 @@ def side(name: str) -> str | None:
     return name.split("/")[0] if name.startswith(("_readers/", "_writers/")) else None
 
 
+def unincluded(src: Path, files: list[str]) -> list[str]:
+    """The package's .pxi files _core.pyx does not include (their names are defined nowhere the
+    compiler looks), relative to src."""
+    return sorted(p.relative_to(src).as_posix() for p in src.rglob("*.pxi")
+                  if p.relative_to(src).as_posix() not in files)
+
+
 def problems(src: Path) -> list[str]:
-    """Every use out of order or across _readers/ and _writers/."""
-    files = includes(src / "_core.pyx")
-    texts = {f: (src / f).read_text() for f in files}
+    """Every use out of order or across _readers/ and _writers/, every include of a missing
+    file or of one included already, and every .pxi left out."""
+    listed = includes(src / "_core.pyx")
+    found = [f"_core.pyx includes {f}, which does not exist" for f in listed
+             if not (src / f).is_file()]
+    found += [f"_core.pyx includes {f} again" for i, f in enumerate(listed) if f in listed[:i]]
+    files = list(dict.fromkeys(f for f in listed if (src / f).is_file()))
+    left_out = unincluded(src, files)
+    found += [f"{f} is not included by _core.pyx" for f in left_out]
+    texts = {f: (src / f).read_text() for f in files + left_out}
     core = defined((src / "_core.pyx").read_text())
     if (src / "_core.pxd").exists():
         core |= defined((src / "_core.pxd").read_text())
     owner: dict[str, str] = {}
-    for f in files:
+    for f in files + left_out:
         for name in defined(texts[f]):
             owner.setdefault(name, f)
     order = {f: i for i, f in enumerate(files)}
-    found = []
     for f in files:
         mine = defined(texts[f])
         for name in sorted(used(texts[f]) - mine - core):
             home = owner.get(name)
             if home is None:
                 continue
-            if order[home] > order[f]:
+            if home not in order:
+                found.append(f"{f} uses {name}, defined in {home}, which is not included")
+            elif order[home] > order[f]:
                 found.append(f"{f} uses {name}, defined in {home}, which is included after it")
             elif side(f) and side(home) and side(f) != side(home):
                 found.append(f"{f} uses {name} of {home}: the readers and writers share names "
@@ -269,7 +285,8 @@ def _owns(owner: str, path: str, func: str | None) -> bool:
 
 def stray_writes(src: Path) -> dict[str, list[str]]:
     """group -> each write of its fields outside its owners ('file:line: field in func')."""
-    files = ["_core.pyx", *includes(src / "_core.pyx")]
+    files = ["_core.pyx", *dict.fromkeys(f for f in includes(src / "_core.pyx")
+                                         if (src / f).is_file())]
     found: dict[str, list[str]] = {}
     for group, (fields, owners) in groups(src).items():
         found[group] = []

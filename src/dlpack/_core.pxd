@@ -82,7 +82,7 @@ cdef class DLPackObject:
     cdef object _kept_alive             # what else the description points into (a capsule,
     #                                     an interface dict, an Arrow import, an API's capsule)
 
-    # group producer_sync, written by: _cuda.pxi
+    # group producer_sync, written by: _cuda/sync.pxi
     cdef ProducerSync sync
     cdef object _sync_provider          # the __dlpack__ provider to ask again (SYNC_PROVIDER)
 

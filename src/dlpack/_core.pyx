@@ -7,8 +7,14 @@
 include "_decl.pxi"              # cimports and C declarations, for every file below
 include "_base.pxi"              # limits, device kinds, checked size arithmetic
 include "_copy.pxi"              # the copy routine: allocating copies, gathering elements
-include "_cuda.pxi"              # the CUDA driver and stream ordering
-include "_cuda_ipc.pxi"          # CUDA memory and events shared across processes
+include "_cuda/driver.pxi"       # the CUDA driver: entry points, loading, per-device state
+include "_cuda/contexts.pxi"     # primary contexts, borrowing, pointer classification
+include "_cuda/streams.pxi"      # streams, events, graph capture, stream arguments
+include "_cuda/copies.pxi"       # device copies: rows, covering span, 3-D, device to device
+include "_cuda/memory.pxi"       # device memory for copies, stream-ordered allocation
+include "_cuda/sync.pxi"         # stream ordering: a consumer after the producer's work
+include "_cuda/torch.pxi"        # torch's API and current-device rule (readers and writers)
+include "_cuda/ipc.pxi"          # CUDA memory and events shared across processes
 include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
 include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
 include "_readers/buffer.pxi"    # readers, one per protocol
@@ -96,7 +102,7 @@ cdef class DLPackObject:
     #     DLTensor, _describe_as from another object, _declare_writable clears READ_ONLY)
     #   ownership (_view, _has_view, _managed, _managed_versioned, _base, _kept_alive) --
     #     _own.pxi (_hold_buffer, _own_base, _keep_alive, _adopt, _release_owned)
-    #   sync (ProducerSync: kind + stream/work_api/event) and _sync_provider -- _cuda.pxi
+    #   sync (ProducerSync: kind + stream/work_api/event) and _sync_provider -- _cuda/sync.pxi
     #     (the _sync_* setters); _producer_ready is the one reading of it
     #   export policy (_legacy_import, _legacy_readonly, _plain_versioned, _pickle_mode) --
     #     _set_policy, _set_plain_kind, _set_legacy_import, _set_pickle_mode

@@ -1,6 +1,6 @@
 # Reader, a fast path: torch.Tensor — torch's rules on the way in (what its __dlpack__ refuses,
 # what its export gets wrong), and its C exchange API where it gives the same tensor. The two
-# rules the writers share (torch's API, its current CUDA device) are _cuda.pxi's.
+# rules the writers share (torch's API, its current CUDA device) are _cuda/torch.pxi's.
 
 cdef object _torch_tensor = None              # torch.Tensor, once torch is imported
 cdef object _torch_is_neg = None            # torch.Tensor's own is_neg, is_conj and

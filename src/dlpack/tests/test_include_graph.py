@@ -1,7 +1,7 @@
 """The include graph's check (.ci/include_graph.py, docs/spec.md §1): each name a .pxi uses is
-its own or a file's included before it, readers and writers share names only through the
-shared files, and each group of DLPackObject's fields (_core.pxd) is written only by its
-owners. Runs from a checkout (the script is not packaged)."""
+its own or a file's included before it, every .pxi is included once, readers and writers share
+names only through the shared files, and each group of DLPackObject's fields (_core.pxd) is
+written only by its owners. Runs from a checkout (the script is not packaged)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ def run(src: Path) -> subprocess.CompletedProcess:
 def copy_tree(tmp_path: Path) -> Path:
     """The package's _core.pyx and .pxi files, to be edited."""
     out = tmp_path / "dlpack"
-    for path in [SRC / "_core.pyx", SRC / "_core.pxd", *SRC.glob("*.pxi"),
-                 *SRC.glob("_readers/*.pxi"), *SRC.glob("_writers/*.pxi")]:
+    for path in [SRC / "_core.pyx", SRC / "_core.pxd", *SRC.rglob("*.pxi")]:
         target = out / path.relative_to(SRC)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
@@ -87,17 +86,61 @@ def test_reads_and_other_types_fields_pass(tmp_path):
     assert got.returncode == 0, got.stdout
 
 
-def test_a_name_used_before_its_file_is_included_fails(tmp_path):
-    """_own.pxi uses _cuda.pxi's _DeviceMemory: included after it, that is a failure."""
-    src = copy_tree(tmp_path)
+def swap(src: Path, a: str, b: str) -> None:
+    """Swap two include lines of _core.pyx."""
     core = (src / "_core.pyx").read_text()
-    own, cuda = 'include "_own.pxi"', 'include "_cuda.pxi"'
-    core = core.replace(own, "@@").replace(cuda, own).replace("@@", cuda)
-    (src / "_core.pyx").write_text(core)
+    a, b = f'include "{a}"', f'include "{b}"'
+    (src / "_core.pyx").write_text(core.replace(a, "@@").replace(b, a).replace("@@", b))
+
+
+def test_a_name_used_before_its_file_is_included_fails(tmp_path):
+    """_own.pxi uses _cuda/memory.pxi's _DeviceMemory: included after it, that is a failure."""
+    src = copy_tree(tmp_path)
+    swap(src, "_own.pxi", "_cuda/memory.pxi")
     got = run(src)
     assert got.returncode == 1
-    assert "_own.pxi uses _DeviceMemory, defined in _cuda.pxi, which is included after it" \
-        in got.stdout
+    assert "_own.pxi uses _DeviceMemory, defined in _cuda/memory.pxi, which is included after " \
+        "it" in got.stdout
+
+
+@pytest.mark.parametrize(("first", "second", "problem"), [
+    ("_cuda/driver.pxi", "_cuda/contexts.pxi",
+     "_cuda/contexts.pxi uses _cu_load, defined in _cuda/driver.pxi, which is included after it"),
+    ("_cuda/streams.pxi", "_cuda/sync.pxi",
+     "_cuda/sync.pxi uses _consumer_stream, defined in _cuda/streams.pxi, which is included "
+     "after it"),
+    ("_cuda/contexts.pxi", "_cuda/memory.pxi",
+     "_cuda/memory.pxi uses _cu_enter, defined in _cuda/contexts.pxi, which is included after "
+     "it"),
+])
+def test_the_cuda_files_out_of_order_fail(tmp_path, first, second, problem):
+    """The CUDA files (_cuda/) are checked as the others: one included before a file whose
+    names it uses fails."""
+    src = copy_tree(tmp_path)
+    swap(src, first, second)
+    got = run(src)
+    assert got.returncode == 1
+    assert problem in got.stdout
+
+
+def test_a_file_left_out_missing_or_included_twice_fails(tmp_path):
+    """A .pxi _core.pyx does not include (its names are then undefined where they are used), an
+    include of a file that is not there and one included twice are failures."""
+    src = copy_tree(tmp_path)
+    core = (src / "_core.pyx").read_text()
+    core = core.replace('include "_cuda/streams.pxi"', 'include "_cuda/stream.pxi"')
+    core = core.replace('include "_cuda/ipc.pxi"', 'include "_cuda/ipc.pxi"\ninclude "_base.pxi"')
+    (src / "_core.pyx").write_text(core)
+    (src / "_cuda" / "unused.pxi").write_text("cdef int _nobody() except -1:\n    return 0\n")
+    got = run(src)
+    assert got.returncode == 1
+    for problem in ("_core.pyx includes _cuda/stream.pxi, which does not exist",
+                    "_core.pyx includes _base.pxi again",
+                    "_cuda/streams.pxi is not included by _core.pyx",
+                    "_cuda/unused.pxi is not included by _core.pyx",
+                    "_cuda/sync.pxi uses _consumer_stream, defined in _cuda/streams.pxi, which is "
+                    "not included"):
+        assert problem in got.stdout, got.stdout
 
 
 def test_a_writer_using_a_readers_name_fails(tmp_path):

@@ -1,6 +1,6 @@
 # CUDA IPC (docs/spec.md §11): device memory shared with other processes by handle, the
 # interprocess events that order a receiver after the sender's work, and the memory a host copy
-# is restored into there. Used by the pickle writer; the driver itself is _cuda.pxi's.
+# is restored into there. Used by the pickle writer; the driver itself is _cuda/driver.pxi's.
 
 # Entry points resolved on first use, apart from those above: a driver without them serves
 # every exchange in one process. The handles are 64 opaque bytes, passed by value.
