@@ -9,9 +9,13 @@ from functools import lru_cache
 
 from dlpack._deprecated import Labelled, NestedFields
 
+#: The DLPack version pydlpack speaks (dlpack.h's DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION).
 DLPACK_VERSION = (1, 3)
+#: The versioned tensor's flag: the memory must not be written.
 FLAG_BITMASK_READ_ONLY = 1 << 0
+#: The versioned tensor's flag: a copy the producer made, owned by the consumer alone.
 FLAG_BITMASK_IS_COPIED = 1 << 1
+#: The versioned tensor's flag: sub-byte elements are padded, not packed (the default).
 FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 
