@@ -342,6 +342,13 @@ def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, 
     return int(_KIND_CODE[kind]), size * 8, 0
 
 
+#: The way out for elements narrower than a byte or of several lanes, which no array-interface
+#: typestr or PEP 3118 format describes (the array interface's and the buffer's refusals).
+PACKED_WAY_OUT = ("take the bytes as uint8 (C-contiguous data: from_address(dl.data_ptr, "
+                  "(dl.nbytes,), 'uint8', owner=dl)), or give __dlpack__ to a consumer that "
+                  "knows the type")
+
+
 @lru_cache(maxsize=4096)
 def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
     """(typestr, descr) describing a DLPack dtype to an array-interface consumer.
@@ -351,7 +358,7 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
     """
     if lanes != 1 or bits % 8:
         raise DLPackError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
-                          "array-interface typestr (vector or sub-byte type)")
+                          f"array-interface typestr (vector or sub-byte type); {PACKED_WAY_OUT}")
     size = bits // 8
     kind = _CODE_KIND.get(code)
     order = "|" if size == 1 else NATIVE
