@@ -26,6 +26,7 @@ if sys.version_info >= (3, 13):
 else:
     from typing_extensions import deprecated
 
+#: pydlpack's version (the installed distribution's, pyproject.toml reads it from here).
 __version__: str
 __all__ = [
     "DLPACK_VERSION",

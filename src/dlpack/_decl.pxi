@@ -45,6 +45,7 @@ from dlpack import _types
 from dlpack._deprecated import missing_attribute as _missing_attribute
 from dlpack._types import DLDeviceType
 from dlpack._types import DLPackError as Refusal   # pydlpack's own refusals (spec §7)
+from dlpack._types import PACKED_WAY_OUT as _PACKED_WAY_OUT
 
 cdef extern from "Python.h":
     enum:

@@ -9,9 +9,13 @@ from functools import lru_cache
 
 from dlpack._deprecated import Labelled, NestedFields
 
+#: The DLPack version pydlpack speaks (dlpack.h's DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION).
 DLPACK_VERSION = (1, 3)
+#: The versioned tensor's flag: the memory must not be written.
 FLAG_BITMASK_READ_ONLY = 1 << 0
+#: The versioned tensor's flag: a copy the producer made, owned by the consumer alone.
 FLAG_BITMASK_IS_COPIED = 1 << 1
+#: The versioned tensor's flag: sub-byte elements are padded, not packed (the default).
 FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 
@@ -338,6 +342,13 @@ def _parse_typestr(protocol: str, typestr: str, name: str | None) -> tuple[int, 
     return int(_KIND_CODE[kind]), size * 8, 0
 
 
+#: The way out for elements narrower than a byte or of several lanes, which no array-interface
+#: typestr or PEP 3118 format describes (the array interface's and the buffer's refusals).
+PACKED_WAY_OUT = ("take the bytes as uint8 (C-contiguous data: from_address(dl.data_ptr, "
+                  "(dl.nbytes,), 'uint8', owner=dl)), or give __dlpack__ to a consumer that "
+                  "knows the type")
+
+
 @lru_cache(maxsize=4096)
 def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str, str]]]:
     """(typestr, descr) describing a DLPack dtype to an array-interface consumer.
@@ -347,7 +358,7 @@ def array_typestr(code: int, bits: int, lanes: int) -> tuple[str, list[tuple[str
     """
     if lanes != 1 or bits % 8:
         raise DLPackError(f"__array_interface__: dtype {_name(code, bits, lanes)} has no "
-                          "array-interface typestr (vector or sub-byte type)")
+                          f"array-interface typestr (vector or sub-byte type); {PACKED_WAY_OUT}")
     size = bits // 8
     kind = _CODE_KIND.get(code)
     order = "|" if size == 1 else NATIVE

@@ -33,6 +33,9 @@ cdef const char *_buffer_format(DLPackObject self) except NULL:
     if t.lanes == 1 and t.code <= kDLBool and t.bits % 8 == 0 and t.bits <= 128:
         if _BUFFER_FORMATS[t.code][t.bits // 8][0] != 0:
             return _BUFFER_FORMATS[t.code][t.bits // 8]
+    if t.bits % 8 or t.lanes != 1:
+        raise Refusal(f"buffer protocol: dtype {self.dtype.name} has no PEP 3118 format (vector "
+                      f"or sub-byte type); {_PACKED_WAY_OUT}")
     raise Refusal(f"buffer protocol: dtype {self.dtype.name} has no PEP 3118 format; "
                   "use __dlpack__ or __array_interface__ (NumPy views it as raw bytes)")
 

@@ -10,6 +10,8 @@ import doctest
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,13 +100,18 @@ def test_blocks_of_absent_libraries_are_skipped():
     assert _missing(block)[:2] == ["no_such_lib_a", "no_such_lib_b"]
 
 
-def test_troubleshooting_quotes_the_missing_driver_message():
-    """docs/guide/troubleshooting.md's CUDA-driver message is the one raised when libcuda
-    cannot be loaded (here: a driver path that does not exist)."""
-    page = ROOT / "docs" / "guide" / "troubleshooting.md"
-    if not page.is_file():
-        pytest.skip("no docs here: pydlpack installed without its checkout")
-    quoted = re.search(r"```text\n(CUDA driver: .*)\n```", page.read_text()).group(1)
+TROUBLESHOOTING = ROOT / "docs" / "guide" / "troubleshooting.md"
+
+
+def _sections(path: Path) -> dict[str, str]:
+    """A Markdown page's ``## `` sections by heading."""
+    parts = re.split(r"^## (.+)$", path.read_text(), flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _missing_driver_message() -> str:
+    """The refusal of CUDA data where libcuda cannot be loaded (a driver path that does not
+    exist stands for a machine without it)."""
     from dlpack import _core
 
     missing = "libcuda-not-here.so.1"
@@ -114,4 +121,42 @@ def test_troubleshooting_quotes_the_missing_driver_message():
             dlpack.asdlpack(bytearray(8)).__dlpack__(dl_device=(2, 0))
     finally:
         _core._cuda_driver(None)
-    assert str(e.value).replace(missing, "libcuda.so.1") == quoted
+    return str(e.value).replace(missing, "libcuda.so.1")
+
+
+def _torch_negative_strides_abort() -> str:
+    """What torch prints as it ends the process on a negative stride (in a child process)."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("numpy", reason="numpy is not installed")
+    run = subprocess.run([sys.executable, "-c", "import numpy, torch; from dlpack import asdlpack; "
+                          "torch.from_dlpack(asdlpack(numpy.arange(6.0)[::-1]))"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0, "torch no longer aborts: the page's section is out of date"
+    return run.stderr
+
+
+# The troubleshooting sections whose message no example can show, each with what the code really
+# prints; the page quotes it in a ```text block, which must be (a part of) that.
+QUOTED = {"No CUDA driver": _missing_driver_message,
+          "torch aborts on negative strides": _torch_negative_strides_abort}
+
+
+def test_every_troubleshooting_section_is_checked():
+    """Each section runs an example, or quotes a message a test below compares with the code's."""
+    if not TROUBLESHOOTING.is_file():
+        pytest.skip("no docs here: pydlpack installed without its checkout")
+    unchecked = [h for h, body in _sections(TROUBLESHOOTING).items()
+                 if ">>> " not in body and h not in QUOTED]
+    assert not unchecked, f"sections with no example and no checked quote: {unchecked}"
+    assert set(QUOTED) <= set(_sections(TROUBLESHOOTING)), "QUOTED names a section the page lacks"
+
+
+@pytest.mark.parametrize("heading", QUOTED)
+def test_troubleshooting_quotes_the_real_message(heading):
+    """The page's quoted message is the code's (the whole of it, or, for torch's abort, lines
+    of what it prints)."""
+    if not TROUBLESHOOTING.is_file():
+        pytest.skip("no docs here: pydlpack installed without its checkout")
+    quoted = re.search(r"```text\n(.*?)\n```", _sections(TROUBLESHOOTING)[heading], re.S).group(1)
+    real = QUOTED[heading]()
+    assert quoted == real or quoted in real, f"the page says:\n{quoted}\nthe code:\n{real}"
