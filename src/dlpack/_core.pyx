@@ -605,6 +605,14 @@ def share(obj, *, readonly=None):
                            "share", -1, -1)
         _own_base(r, src)
         return r
+    seg = _shm_holding(src, &at)            # shared data another library's view reaches
+    if seg is not None and (ro or not was_ro):
+        r = _new_object()
+        r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags
+                           | (FLAG_READ_ONLY if ro or seg.readonly else 0), "share", -1, -1)
+        _own_base(r, seg)
+        _keep_alive(r, src)
+        return r
     if not _host_accessible(src.desc.dl.device.device_type):
         raise Refusal(f"share: the data is on {_device_name(src.desc.dl.device)}, which another "
                       "process cannot map; CUDA device memory pickles as a CUDA IPC handle "

@@ -303,18 +303,34 @@ cdef _Segment _shm_origin(DLPackObject self, int64_t *offset):
     """The segment self's elements lie in (self shared, unpickled from a handle, or a view
     whose bases lead to one), with the offset of its first element in the data; None if
     none holds them all."""
-    cdef int64_t lo = 0, hi = self.desc.layout.nbytes, start
-    cdef _Segment seg
     base = self._base
     while isinstance(base, DLPackObject):
         base = (<DLPackObject>base)._base
-    if type(base) is not _Segment or self.desc.dl.device.device_type != kDLCPU:
-        return None
-    seg = <_Segment>base
+    if type(base) is _Segment and _shm_offset(self, <_Segment>base, offset):
+        return base
+    return None
+
+
+cdef _Segment _shm_holding(DLPackObject self, int64_t *offset):
+    """The segment mapped in this process that self's elements lie in, whatever self's bases
+    (a NumPy or torch view of shared data), found by address; None if none."""
+    with _shm_lock:
+        segments = list(_shm_mapped.values()) if _shm_mapped is not None else []
+    for seg in segments:
+        if _shm_offset(self, <_Segment>seg, offset):
+            return seg
+    return None
+
+
+cdef bint _shm_offset(DLPackObject self, _Segment seg, int64_t *offset) noexcept:
+    """Whether self's elements lie in seg's data; offset: where the first one starts."""
+    cdef int64_t lo = 0, hi = self.desc.layout.nbytes, start
+    if self.desc.dl.device.device_type != kDLCPU:
+        return False
     if self.desc.layout.count and not self.desc.layout.c_contig:
         _span(self, &lo, &hi)
     start = <int64_t>(<uintptr_t>self.desc.dl.data - <uintptr_t>seg.data())
     if start + lo < 0 or start + hi > <int64_t>(seg.size - SHM_HEAD):
-        return None
+        return False
     offset[0] = start
-    return seg
+    return True

@@ -80,6 +80,10 @@ def test_share_copies_once_and_consumers_read_in_place():
     arr = pa.array(share(np.arange(4, dtype=np.int64)))
     assert arr.to_pylist() == [0, 1, 2, 3]
     assert share(x) is x                                # already shared: used where it lies
+    again = share(n[1:])                                # NumPy's view of it: found by address
+    assert again.data_ptr == n[1:].__array_interface__["data"][0] and again.base is x.base
+    assert pickle.loads(pickle.dumps(again)).data_ptr == again.data_ptr
+    assert share(np.from_dlpack(x).copy()).base is not x.base      # a copy is not shared
 
 
 def test_read_only_is_mapped_read_only():
