@@ -334,3 +334,69 @@ cdef bint _shm_offset(DLPackObject self, _Segment seg, int64_t *offset) noexcept
         return False
     offset[0] = start
     return True
+
+
+def share(obj, *, readonly=None):
+    """``obj`` (anything ``asdlpack`` takes, on the host) in memory other processes map: its
+    pickle, in any protocol, is a handle of that memory, so a process it is sent to reads and
+    writes the same bytes (spec §11). Data already in such a segment is used where it lies;
+    anything else is copied in once (C order). ``readonly`` (default: the source's) makes the
+    data read-only, mapped so in every process."""
+    cdef DLPackObject src = asdlpack(obj), r
+    cdef _Segment seg
+    cdef int64_t at = 0
+    cdef int64_t small[STACK_DIMS]
+    cdef int64_t *c_strides
+    cdef DLTensor t
+    cdef bint was_ro = src.desc.flags & FLAG_READ_ONLY, ro
+    if readonly is None:
+        ro = was_ro
+    elif type(readonly) is bool:
+        ro = readonly
+    else:
+        raise TypeError(f"share: readonly = {readonly!r:.80} is not a bool or None")
+    if _shm_origin(src, &at) is not None and (ro or not was_ro):
+        if ro == was_ro:
+            return src
+        r = _new_object()                   # a read-only view of the same segment
+        r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags | FLAG_READ_ONLY,
+                           "share", -1, -1)
+        _own_base(r, src)
+        return r
+    seg = _shm_holding(src, &at)            # shared data another library's view reaches
+    if seg is not None and (ro or not was_ro):
+        r = _new_object()
+        r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags
+                           | (FLAG_READ_ONLY if ro or seg.readonly else 0), "share", -1, -1)
+        _own_base(r, seg)
+        _keep_alive(r, src)
+        return r
+    if not _host_accessible(src.desc.dl.device.device_type):
+        raise Refusal(f"share: the data is on {_device_name(src.desc.dl.device)}, which another "
+                      "process cannot map; CUDA device memory pickles as a CUDA IPC handle "
+                      "already (pickle asdlpack(x)), other devices' data: share a host copy, "
+                      f"share(x.__dlpack__(dl_device=({kDLCPU}, 0), copy=True))")
+    _host_wait(src)
+    _shm_prune()
+    seg = _shm_create(<uint64_t>src.desc.layout.nbytes, ro)
+    _gather(seg.data(), <const char *>src.desc.dl.data, src)
+    _shm_seal(seg)
+    t = src.desc.dl
+    t.data = seg.data()
+    t.byte_offset = 0
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
+    c_strides = _scratch(small, STACK_DIMS, t.ndim)
+    if c_strides == NULL:
+        raise MemoryError()
+    try:
+        _c_strides(t.ndim, t.shape, c_strides)
+        t.strides = c_strides
+        r = _new_object()
+        r._describe_tensor(&t, (src.desc.flags & FLAG_SUBBYTE_PADDED)
+                           | (FLAG_READ_ONLY if ro else 0), "share", 0,
+                           src.desc.layout.nbytes)
+    finally:
+        _scratch_free(c_strides, small)
+    _own_base(r, seg)
+    return r
