@@ -178,6 +178,15 @@ cdef list _shm_pending = []         # segments this process pickled: kept until 
 cdef object _shm_lock = _threading.Lock()
 
 
+def _shm_after_fork():
+    """A forked child's lock is a new one: another thread may have held the parent's."""
+    global _shm_lock
+    _shm_lock = _threading.Lock()
+
+
+_os.register_at_fork(after_in_child=_shm_after_fork)
+
+
 cdef int _shm_stat(_Segment seg) except -1:
     """seg's device and inode (what names it in every process), and seg in the table that
     same-process loads and further loads find it by."""

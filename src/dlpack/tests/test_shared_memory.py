@@ -207,10 +207,7 @@ def test_spawn_process_args_write_back_and_forward(child_path):
             assert np.from_dlpack(x)[0] == 7.0, proto
             np.from_dlpack(x)[0] = 0.0
         # forwarding: the worker's pickle names the worker, and loads here as the same memory
-        stream, worker = pool.submit(kids.forward, x).result(60)
-        f = pickle.loads(stream, fix_imports=False)
-        assert f.data_ptr == x.data_ptr
-        assert _handle_pid(stream) == worker != os.getpid()
+        _check_forwarded(pool.submit(kids.forward, x).result(60), x)
 
 
 def _handle_pid(stream):
@@ -236,8 +233,20 @@ def test_fork_process_pool_and_queue():
     with ctx.Pool(2) as pool:
         seen = pool.starmap(kids.write_first, [(x, 1.0), (x, 1.0)])
         assert seen[0][0] == 1.0 and np.from_dlpack(x)[0] == 1.0
-        results = pool.map(kids.forward, [x])           # a forwarded handle, from a worker
-        assert pickle.loads(results[0][0]).data_ptr == x.data_ptr
+        _check_forwarded(pool.map(kids.forward, [x])[0], x)
+        _check_read_only(pool.apply(kids.look, (share(np.arange(2.0), readonly=True),)))
+
+
+def _check_forwarded(result, x):
+    """A worker's pickle of what it received: its own handle, loading here as x's memory."""
+    stream, worker = result
+    assert _handle_pid(stream) == worker != os.getpid()
+    assert pickle.loads(stream).data_ptr == x.data_ptr
+
+
+def _check_read_only(seen):
+    values, readonly, writeable, perms = seen
+    assert values == [0.0, 1.0] and readonly and not writeable and perms.startswith("r--s")
 
 
 def test_dask_local_cluster(child_path):
@@ -247,7 +256,10 @@ def test_dask_local_cluster(child_path):
                                   dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
             seen = client.submit(kids.write_first, x, 3.0, pure=False).result(60)
-    assert seen == [3.0, 0.0, 0.0] and np.from_dlpack(x)[0] == 3.0
+            assert seen == [3.0, 0.0, 0.0] and np.from_dlpack(x)[0] == 3.0
+            _check_forwarded(client.submit(kids.forward, x, pure=False).result(60), x)
+            _check_read_only(client.submit(kids.look, share(np.arange(2.0), readonly=True),
+                                           pure=False).result(60))
 
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
@@ -258,6 +270,9 @@ def test_ray_one_node(child_path):
         x = share(np.zeros(3))
         seen = ray.get(ray.remote(kids.write_first).remote(x, 4.0), timeout=120)
         assert seen == [4.0, 0.0, 0.0] and np.from_dlpack(x)[0] == 4.0
+        _check_forwarded(ray.get(ray.remote(kids.forward).remote(x), timeout=120), x)
+        ro = share(np.arange(2.0), readonly=True)
+        _check_read_only(ray.get(ray.remote(kids.look).remote(ro), timeout=120))
     finally:
         ray.shutdown()
 
