@@ -70,7 +70,8 @@ def _row(label: str, result, target: float | None) -> bool:
     x, y, ratio, noise = result
     ok = target is None or ratio <= target * (1 + noise)
     goal = f"≤ {target}" if target is not None else "report"
-    print(f"| {label:52} | {x * 1e6:10.1f} | {y * 1e6:10.1f} | {ratio:5.2f} | {noise:5.2f} | "
+    shown = f"{ratio:5.2f}" if ratio >= 0.01 else f"{ratio:.0e}"   # a handle's: 0.004, not 0.00
+    print(f"| {label:52} | {x * 1e6:10.1f} | {y * 1e6:10.1f} | {shown} | {noise:5.2f} | "
           f"{goal:6} {'✓' if ok else '✗'} |")
     return ok
 

@@ -86,6 +86,16 @@ def test_share_copies_once_and_consumers_read_in_place():
     assert share(np.from_dlpack(x).copy()).base is not x.base      # a copy is not shared
 
 
+@pytest.mark.parametrize("a", [np.zeros((0, 5)), np.array(3.5), np.arange(10)[::-3],
+                               np.arange(6, dtype=np.int16).reshape(2, 3).T, np.array([True])],
+                         ids=["empty", "0-d", "negative", "fortran", "bool"])
+def test_shapes_and_dtypes(a):
+    x = share(a)
+    y = pickle.loads(pickle.dumps(x, 2))
+    assert (y.shape, y.dtype, y.data_ptr) == (a.shape, x.dtype, x.data_ptr)
+    np.testing.assert_array_equal(np.from_dlpack(y), a)
+
+
 def test_read_only_is_mapped_read_only():
     x = share(np.arange(6.0), readonly=True)
     assert x.readonly and kids.mapping_perms(x.data_ptr).startswith("r--s")
