@@ -5,7 +5,7 @@
 protocol and ctypes DLPack pointers, and returns a ``DLPackObject`` that speaks all of them.
 """
 
-from dlpack._core import CudaError, DLPackObject, asdlpack, from_address, todict
+from dlpack._core import CudaError, DLPackObject, asdlpack, from_address, share, todict
 from dlpack._types import (
     DLPACK_VERSION,
     FLAG_BITMASK_IS_COPIED,
@@ -44,6 +44,7 @@ __all__ = [
     "asdlpack",
     "from_address",
     "get_include",
+    "share",
     "todict",
 ]
 

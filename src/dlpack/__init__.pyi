@@ -11,6 +11,7 @@ from dlpack._core import CudaError as CudaError
 from dlpack._core import DLPackObject as DLPackObject
 from dlpack._core import asdlpack as asdlpack
 from dlpack._core import from_address as from_address
+from dlpack._core import share as share
 from dlpack._core import todict as todict
 from dlpack._types import DLPACK_VERSION as DLPACK_VERSION
 from dlpack._types import FLAG_BITMASK_IS_COPIED as FLAG_BITMASK_IS_COPIED
@@ -43,6 +44,7 @@ __all__ = [
     "asdlpack",
     "from_address",
     "get_include",
+    "share",
     "todict",
 ]
 

@@ -16,6 +16,7 @@ include "_cuda/sync.pxi"         # stream ordering: a consumer after the produce
 include "_cuda/torch.pxi"        # torch's API and current-device rule (readers and writers)
 include "_cuda/ipc.pxi"          # CUDA memory and events shared across processes
 include "_own.pxi"               # ownership: adopted tensors, the export block, deleters
+include "_shm.pxi"               # shared host memory segments (dlpack.share)
 include "_arrow_schema.pxi"      # Arrow schemas, read by the reader and the writer
 include "_readers/buffer.pxi"    # readers, one per protocol
 include "_readers/ndarray.pxi"

@@ -15,6 +15,8 @@ cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
 # The fields of each kind of pickle, in order, as refusals name them.
 cdef tuple _HOST_FIELDS = ("data", "code", "bits", "lanes", "shape", "strides", "offset", "flags")
 cdef tuple _COPY_FIELDS = ("kind", "device", "args")
+cdef tuple _SHARED_FIELDS = ("pid", "fd", "device", "inode", "token", "offset", "code", "bits",
+                             "lanes", "shape", "strides", "flags")
 cdef tuple _IPC_FIELDS = ("handle", "offset", "device", "code", "bits", "lanes", "shape",
                           "strides", "flags", "event", "pid", "token")
 
@@ -56,9 +58,14 @@ cdef class _Span:
 
 
 cdef object _reduce(DLPackObject self, int protocol):
-    """``__reduce_ex__``: CUDA data as _reduce_cuda sends it, the rest as _reduce_host."""
+    """``__reduce_ex__``: CUDA data as _reduce_cuda sends it, data in a shared segment as its
+    handle (_reduce_shared), the rest as _reduce_host."""
+    cdef int64_t at = 0
     if _cuda_kind(self.desc.dl.device.device_type):
         return _reduce_cuda(self, protocol)
+    seg = _shm_origin(self, &at)
+    if seg is not None:
+        return _reduce_shared(self, seg, at)
     return _reduce_host(self, protocol)
 
 
@@ -213,8 +220,6 @@ cdef inline void _pickled_free(_Pickled *p) noexcept:
 # UUID, and an interprocess event recorded after the producer's work); memory CUDA IPC cannot
 # share goes as a host copy, restored to its device kind, unless asdlpack's cuda_pickle says
 # otherwise.
-
-import os as _os
 
 cdef enum:
     PICKLE_IPC = 0          # an IPC handle where CUDA shares the memory, else a host copy
@@ -467,9 +472,11 @@ def _rebuild_copy(*fields):
     return r
 
 
-cdef int _in_allocation(DLPackObject r, int64_t at, uint64_t size) except -1:
-    """An IPC pickle's elements, ``at`` bytes into the allocation its handle names, lie in its
-    ``size`` bytes; the refusal names the pickle's own fields."""
+cdef int _in_allocation(DLPackObject r, int64_t at, uint64_t size,
+                        str memory="allocation field 'handle' names") except -1:
+    """A handle pickle's elements, ``at`` bytes into the memory it names (a CUDA allocation,
+    a shared segment's data), lie in its ``size`` bytes; the refusal names the pickle's own
+    fields."""
     cdef int64_t lo = 0, hi = r.desc.layout.nbytes, end
     if r.desc.layout.count == 0:
         return 0
@@ -478,7 +485,7 @@ cdef int _in_allocation(DLPackObject r, int64_t at, uint64_t size) except -1:
     if at + lo < 0 or _add_ovf(at, hi, &end) or <uint64_t>end > size:
         raise Refusal(f"pickle: fields 'shape' = {r.shape} and 'strides' = {r.strides} "
                       f"(elements of {r.desc.layout.itemsize} bytes) from field 'offset' = "
-                      f"{at} reach outside the {size}-byte allocation field 'handle' names; "
+                      f"{at} reach outside the {size}-byte {memory}; "
                       "the pickle is corrupt or forged")
     return 0
 
@@ -558,4 +565,51 @@ def _rebuild_ipc(*fields):
     received = _received("ipc", mem, ev)
     received.handle, received.uuid, received.pid, received.token = handle, uuid, pid, token
     _own_base(r, received)
+    return r
+
+
+# -- shared host memory (docs/spec.md §11): a handle of the segment, in any protocol ------------
+
+cdef object _reduce_shared(DLPackObject self, _Segment seg, int64_t at):
+    """(_rebuild_shared, (pid, fd, device, inode, token, offset, dtype, shape, strides, flags)):
+    elements ``at`` bytes into the data of the segment this process holds as fd; counted as a
+    pickle, which keeps seg alive here until as many loads were counted (_shm_pickled)."""
+    _shm_pickled(seg)
+    t = self.desc.dl.dtype
+    return _rebuild_shared, (_os.getpid(), seg.fd, seg.dev, seg.ino, seg.token, at, t.code,
+                             t.bits, t.lanes, self.shape, self.strides,
+                             self.desc.flags & _PICKLED_FLAGS)
+
+
+def _rebuild_shared(*fields):
+    """Unpickle a shared segment's handle (_SHARED_FIELDS): the segment mapped once per
+    process after every check of _shm_open, the view bounded by its data, read-only where the
+    pickle or the segment says so."""
+    (pid, fd, dev, ino, token, offset, code, bits, lanes, shape, strides,
+     flags) = _fields(fields, _SHARED_FIELDS)
+    cdef DLPackObject r = _new_object()
+    cdef _Segment seg
+    cdef _Pickled p
+    cdef int64_t at, size
+    _field(pid, "pid", 1, INT32_MAX)
+    _field(fd, "fd", 0, INT32_MAX)
+    _field(dev, "device", 0, INT64_MAX)
+    _field(ino, "inode", 0, INT64_MAX)
+    _bytes_field(token, "token", 16)
+    try:
+        _pickled_header(&p, code, bits, lanes, shape, strides, flags)
+        seg = _shm_open(pid, fd, dev, ino, token)
+        size = seg.size - SHM_HEAD
+        at = _field(offset, "offset", 0, size)
+        if seg.readonly:
+            p.flags |= FLAG_READ_ONLY
+        p.t.data = seg.data() + at
+        p.t.device.device_type = kDLCPU
+        p.t.device.device_id = 0
+        r._describe_tensor(&p.t, p.flags, "pickle", -1, -1)
+    finally:
+        _pickled_free(&p)
+    _in_allocation(r, at, size, "data of the segment fields 'pid' and 'fd' name")
+    _shm_loaded(seg)
+    _own_base(r, seg)
     return r

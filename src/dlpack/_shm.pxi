@@ -1,0 +1,411 @@
+# Shared host memory (docs/spec.md §11): a segment several processes map, for dlpack.share and
+# its pickles. A segment is a memfd (Linux): private to its user by construction (0600, no
+# name in any directory), freed by the kernel when the last process holding it exits or closes
+# it, a SIGKILLed one included. It is sealed against shrinking and growing, so that a mapping
+# never reaches past its end (a read there is SIGBUS, not an exception), and starts with a
+# header page: a magic, a 128-bit random token that only its pickles carry, the read-only flag,
+# and the counts of pickles made and loaded (every process keeps what it pickled alive until as
+# many loads, spec §11). Another process opens it as /proc/PID/fd/FD and checks device, inode,
+# seals, size, magic and token before it maps a byte of data.
+
+import os as _os
+
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <fcntl.h>
+    #include <stdio.h>
+    #include <string.h>
+    #include <sys/mman.h>
+    #include <sys/stat.h>
+    #include <unistd.h>
+    #ifdef __linux__
+    #include <sys/syscall.h>
+    #endif
+    /* manylinux2014's headers predate memfd: its numbers, as the kernel defines them */
+    #if defined(__linux__) && !defined(SYS_memfd_create)
+    #if defined(__x86_64__)
+    #define SYS_memfd_create 319
+    #elif defined(__aarch64__)
+    #define SYS_memfd_create 279
+    #endif
+    #endif
+    #ifndef F_ADD_SEALS
+    #define F_ADD_SEALS 1033
+    #define F_GET_SEALS 1034
+    #define F_SEAL_SEAL 1
+    #define F_SEAL_SHRINK 2
+    #define F_SEAL_GROW 4
+    #endif
+    #define DLPK_SHM_HEAD 4096          /* the header page: data starts page-aligned after it */
+    #define DLPK_SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+    static const char dlpk_shm_magic[8] = {'p', 'y', 'd', 'l', 'p', 'k', 's', '1'};
+    typedef struct {
+        char magic[8];
+        unsigned char token[16];
+        uint64_t readonly;
+        uint64_t pickled;               /* pickles made, by every process holding it */
+        uint64_t opened;                /* pickles loaded, by every process */
+    } dlpk_shm_header;
+
+    /* A new sealed segment of DLPK_SHM_HEAD + size bytes, mapped read-write at *base, its
+       header written; 0, or an errno. */
+    static int dlpk_shm_create(uint64_t size, const unsigned char *token, int *fd,
+                               char **base) {
+    #if defined(__linux__) && defined(SYS_memfd_create)
+        int err;
+        dlpk_shm_header *h;
+        void *p;
+        int f = (int)syscall(SYS_memfd_create, "pydlpack-shm", 1u | 2u); /* CLOEXEC, SEALING */
+        if (f < 0) return errno;
+        if (ftruncate(f, (off_t)(DLPK_SHM_HEAD + size)) != 0
+                || fcntl(f, F_ADD_SEALS, DLPK_SHM_SEALS | F_SEAL_SEAL) != 0) {
+            err = errno; close(f); return err;
+        }
+        p = mmap(NULL, DLPK_SHM_HEAD + size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        if (p == MAP_FAILED) { err = errno; close(f); return err; }
+        h = (dlpk_shm_header *)p;
+        memcpy(h->magic, dlpk_shm_magic, 8);
+        memcpy(h->token, token, 16);
+        *fd = f;
+        *base = (char *)p;
+        return 0;
+    #else
+        (void)size; (void)token; (void)fd; (void)base;
+        return ENOSYS;
+    #endif
+    }
+
+    enum { SHM_OK, SHM_OPEN, SHM_STAT, SHM_INODE, SHM_SEALS, SHM_SIZE, SHM_MAP, SHM_MAGIC,
+           SHM_TOKEN };
+    /* Open another process's segment (/proc/pid/fd/fd) and map it read-write, each check
+       before the next: SHM_OK with *base, *size (the whole mapping) and *fd_out, or the step
+       that failed with *err its errno (0 for a check that failed). */
+    static int dlpk_shm_open(long long pid, long long fd, unsigned long long dev,
+                             unsigned long long ino, const unsigned char *token, int *fd_out,
+                             char **base, uint64_t *size, int *err) {
+        char path[64];
+        struct stat st;
+        void *p;
+        int f, seals, step = SHM_OK;
+        *err = 0;
+        snprintf(path, sizeof path, "/proc/%lld/fd/%lld", pid, fd);
+        f = open(path, O_RDWR | O_CLOEXEC);
+        if (f < 0) { *err = errno; return SHM_OPEN; }
+        if (fstat(f, &st) != 0) { *err = errno; step = SHM_STAT; }
+        else if ((unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino)
+            step = SHM_INODE;
+        else if ((seals = fcntl(f, F_GET_SEALS)) < 0
+                 || (seals & DLPK_SHM_SEALS) != DLPK_SHM_SEALS)
+            step = SHM_SEALS;
+        else if (st.st_size < DLPK_SHM_HEAD)
+            step = SHM_SIZE;
+        if (step != SHM_OK) { close(f); return step; }
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        if (p == MAP_FAILED) { *err = errno; close(f); return SHM_MAP; }
+        step = memcmp(((dlpk_shm_header *)p)->magic, dlpk_shm_magic, 8) ? SHM_MAGIC
+             : memcmp(((dlpk_shm_header *)p)->token, token, 16) ? SHM_TOKEN : SHM_OK;
+        if (step != SHM_OK) { munmap(p, (size_t)st.st_size); close(f); return step; }
+        *fd_out = f;
+        *base = (char *)p;
+        *size = (uint64_t)st.st_size;
+        return SHM_OK;
+    }
+
+    static int dlpk_shm_protect(char *base, uint64_t size) {   /* the data read-only */
+        if (size <= DLPK_SHM_HEAD) return 0;
+        return mprotect(base + DLPK_SHM_HEAD, size - DLPK_SHM_HEAD, PROT_READ) ? errno : 0;
+    }
+    static void dlpk_shm_close(char *base, uint64_t size, int fd) {
+        if (base) munmap(base, size);
+        if (fd >= 0) close(fd);
+    }
+    static uint64_t *dlpk_shm_count(char *base, int opened) {
+        dlpk_shm_header *h = (dlpk_shm_header *)base;
+        return opened ? &h->opened : &h->pickled;
+    }
+    static void dlpk_shm_add(uint64_t *c) { __atomic_fetch_add(c, 1, __ATOMIC_SEQ_CST); }
+    static uint64_t dlpk_shm_load(uint64_t *c) { return __atomic_load_n(c, __ATOMIC_SEQ_CST); }
+    """
+    int SHM_HEAD "DLPK_SHM_HEAD"
+    enum:
+        SHM_OK, SHM_OPEN, SHM_STAT, SHM_INODE, SHM_SEALS, SHM_SIZE, SHM_MAP, SHM_MAGIC, SHM_TOKEN
+    ctypedef struct _ShmHeader "dlpk_shm_header":
+        uint64_t readonly
+    int _shm_create_c "dlpk_shm_create"(
+        uint64_t size, const unsigned char *token, int *fd, char **base) nogil
+    int _shm_open_c "dlpk_shm_open"(
+        long long pid, long long fd, unsigned long long dev, unsigned long long ino,
+        const unsigned char *token, int *fd_out, char **base, uint64_t *size, int *err) nogil
+    int _shm_protect "dlpk_shm_protect"(char *base, uint64_t size) nogil
+    void _shm_close "dlpk_shm_close"(char *base, uint64_t size, int fd) nogil
+    uint64_t *_shm_count "dlpk_shm_count"(char *base, int opened) nogil
+    void _shm_add "dlpk_shm_add"(uint64_t *c) nogil
+    uint64_t _shm_load "dlpk_shm_load"(uint64_t *c) nogil
+
+
+@cython.final
+@cython.auto_pickle(False)    # internal: never pickled (DLPackObject has its own reduce)
+cdef class _Segment:
+    """One process's mapping of a shared segment and its descriptor, both closed with the last
+    view; the base of a shared DLPackObject. Another process names it by pid, fd, device and
+    inode, and proves it knows it by the token."""
+    cdef char *base                     # the header; the data is SHM_HEAD bytes further
+    cdef uint64_t size                  # the whole mapping
+    cdef int fd
+    cdef readonly bint readonly         # the data is mapped read-only
+    cdef readonly uint64_t dev
+    cdef readonly uint64_t ino
+    cdef readonly bytes token
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self.fd = -1
+
+    def __dealloc__(self):
+        _shm_close(self.base, self.size, self.fd)
+
+    def __repr__(self):
+        return f"<pydlpack shared segment of {self.size - SHM_HEAD} bytes>"
+
+    cdef inline char *data(self) noexcept:
+        return self.base + SHM_HEAD
+
+
+cdef object _shm_mapped = None      # (device, inode) -> this process's _Segment (weak values)
+cdef list _shm_pending = []         # segments this process pickled: kept until loaded (§11)
+cdef object _shm_lock = _threading.Lock()
+
+
+def _shm_after_fork():
+    """A forked child's lock is a new one: another thread may have held the parent's."""
+    global _shm_lock
+    _shm_lock = _threading.Lock()
+
+
+_os.register_at_fork(after_in_child=_shm_after_fork)
+
+
+cdef int _shm_stat(_Segment seg) except -1:
+    """seg's device and inode (what names it in every process), and seg in the table that
+    same-process loads and further loads find it by."""
+    global _shm_mapped
+    st = _os.fstat(seg.fd)
+    seg.dev, seg.ino = st.st_dev, st.st_ino
+    with _shm_lock:
+        if _shm_mapped is None:
+            import weakref
+            _shm_mapped = weakref.WeakValueDictionary()
+        _shm_mapped[(seg.dev, seg.ino)] = seg
+    return 0
+
+
+cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
+    """A new segment with nbytes of data, mapped read-write here (read-only data is protected
+    once filled: _shm_seal)."""
+    cdef _Segment seg = _Segment.__new__(_Segment)
+    cdef bytes token = _os.urandom(16)
+    cdef const unsigned char *tok = <const unsigned char *><char *>token
+    cdef int rc
+    if nbytes > <uint64_t>INT64_MAX - SHM_HEAD:
+        raise MemoryError(f"share: {nbytes} bytes do not fit a segment")
+    with nogil:
+        rc = _shm_create_c(nbytes, tok, &seg.fd, &seg.base)
+    if rc:
+        raise Refusal(f"share: cannot make a shared segment of {nbytes} bytes: "
+                      f"{_os.strerror(rc)} (memfd_create; shared memory needs Linux 3.17 or "
+                      "newer); pickle the object by value instead: pickle.dumps(asdlpack(x))")
+    seg.size = SHM_HEAD + nbytes
+    seg.token = token
+    seg.readonly = readonly
+    (<_ShmHeader *>seg.base).readonly = readonly
+    _shm_stat(seg)
+    return seg
+
+
+cdef int _shm_seal(_Segment seg) except -1:
+    """Map a read-only segment's data read-only, once it is filled."""
+    cdef int rc
+    if seg.readonly:
+        rc = _shm_protect(seg.base, seg.size)
+        if rc:
+            raise OSError(rc, f"share: mprotect: {_os.strerror(rc)}")
+    return 0
+
+
+cdef tuple _SHM_STEPS = (
+    None, "cannot be opened", "cannot be read", "is another file", "is not a sealed "
+    "memfd, so not a pydlpack segment", "is smaller than a segment's header", "cannot be mapped",
+    "is not a pydlpack segment (no magic)", "is a pydlpack segment with another token")
+
+
+cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes token):
+    """The segment a pickle names, mapped once in this process and checked before use:
+    device and inode, seals, size, magic, then the token, each refusal naming its field."""
+    global _shm_mapped
+    cdef _Segment seg
+    cdef int step, err = 0
+    cdef long long c_pid = pid, c_fd = fd
+    cdef unsigned long long c_dev = dev, c_ino = ino
+    cdef const unsigned char *tok = <const unsigned char *><char *>token
+    with _shm_lock:
+        seg = _shm_mapped.get((dev, ino)) if _shm_mapped is not None else None
+    if seg is not None:
+        if seg.token != token:
+            raise Refusal(f"pickle: field 'token' = {token.hex()} is not the token of the "
+                          f"segment fields 'device' = {dev} and 'inode' = {ino} name; the "
+                          "pickle is corrupt or forged")
+        return seg
+    seg = _Segment.__new__(_Segment)
+    with nogil:
+        step = _shm_open_c(c_pid, c_fd, c_dev, c_ino, tok, &seg.fd, &seg.base, &seg.size, &err)
+    if step != SHM_OK:
+        field = ("fields 'pid' and 'fd'" if step <= SHM_STAT else "fields 'device' and 'inode'"
+                 if step == SHM_INODE else "field 'token'" if step == SHM_TOKEN else "field 'fd'")
+        why = f": {_os.strerror(err)}" if err else ""
+        gone = (" (the sending process exited or dropped every view of it: keep the sender "
+                "alive until its pickles are loaded, spec §11)" if step <= SHM_INODE else
+                "; the pickle is corrupt or forged")
+        raise Refusal(f"pickle: {field} (pid {pid}, fd {fd}, device {dev}, inode {ino}): "
+                      f"/proc/{pid}/fd/{fd} {_SHM_STEPS[step]}{why}{gone}")
+    seg.token = token
+    seg.readonly = (<_ShmHeader *>seg.base).readonly != 0
+    _shm_seal(seg)
+    seg.dev, seg.ino = dev, ino
+    with _shm_lock:
+        if _shm_mapped is None:
+            import weakref
+            _shm_mapped = weakref.WeakValueDictionary()
+        _shm_mapped[(seg.dev, seg.ino)] = seg
+    return seg
+
+
+cdef int _shm_pickled(_Segment seg) except -1:
+    """Count a pickle of seg and keep seg alive until as many loads as pickles (by every
+    process) were counted, or this process ends."""
+    _shm_add(_shm_count(seg.base, 0))
+    _shm_prune()
+    with _shm_lock:
+        if seg not in _shm_pending:
+            _shm_pending.append(seg)
+    return 0
+
+
+cdef int _shm_prune() except -1:
+    """Let go of the pickled segments whose pickles were all loaded (at each share and
+    pickle: no thread of its own)."""
+    with _shm_lock:
+        _shm_pending[:] = [s for s in _shm_pending if _shm_waiting(<_Segment>s)]
+    return 0
+
+
+cdef inline bint _shm_waiting(_Segment seg) noexcept:
+    return _shm_load(_shm_count(seg.base, 1)) < _shm_load(_shm_count(seg.base, 0))
+
+
+cdef inline void _shm_loaded(_Segment seg) noexcept:
+    _shm_add(_shm_count(seg.base, 1))
+
+
+cdef _Segment _shm_origin(DLPackObject self, int64_t *offset):
+    """The segment self's elements lie in (self shared, unpickled from a handle, or a view
+    whose bases lead to one), with the offset of its first element in the data; None if
+    none holds them all."""
+    base = self._base
+    while isinstance(base, DLPackObject):
+        base = (<DLPackObject>base)._base
+    if type(base) is _Segment and _shm_offset(self, <_Segment>base, offset):
+        return base
+    return None
+
+
+cdef _Segment _shm_holding(DLPackObject self, int64_t *offset):
+    """The segment mapped in this process that self's elements lie in, whatever self's bases
+    (a NumPy or torch view of shared data), found by address; None if none."""
+    with _shm_lock:
+        segments = list(_shm_mapped.values()) if _shm_mapped is not None else []
+    for seg in segments:
+        if _shm_offset(self, <_Segment>seg, offset):
+            return seg
+    return None
+
+
+cdef bint _shm_offset(DLPackObject self, _Segment seg, int64_t *offset) noexcept:
+    """Whether self's elements lie in seg's data; offset: where the first one starts."""
+    cdef int64_t lo = 0, hi = self.desc.layout.nbytes, start
+    if self.desc.dl.device.device_type != kDLCPU:
+        return False
+    if self.desc.layout.count and not self.desc.layout.c_contig:
+        _span(self, &lo, &hi)
+    start = <int64_t>(<uintptr_t>self.desc.dl.data - <uintptr_t>seg.data())
+    if start + lo < 0 or start + hi > <int64_t>(seg.size - SHM_HEAD):
+        return False
+    offset[0] = start
+    return True
+
+
+def share(obj, *, readonly=None):
+    """``obj`` (anything ``asdlpack`` takes, on the host) in memory other processes map: its
+    pickle, in any protocol, is a handle of that memory, so a process it is sent to reads and
+    writes the same bytes (spec §11). Data already in such a segment is used where it lies;
+    anything else is copied in once (C order). ``readonly`` (default: the source's) makes the
+    data read-only, mapped so in every process."""
+    cdef DLPackObject src = asdlpack(obj), r
+    cdef _Segment seg
+    cdef int64_t at = 0
+    cdef int64_t small[STACK_DIMS]
+    cdef int64_t *c_strides
+    cdef DLTensor t
+    cdef bint was_ro = src.desc.flags & FLAG_READ_ONLY, ro
+    if readonly is None:
+        ro = was_ro
+    elif type(readonly) is bool:
+        ro = readonly
+    else:
+        raise TypeError(f"share: readonly = {readonly!r:.80} is not a bool or None")
+    if _shm_origin(src, &at) is not None and (ro or not was_ro):
+        if ro == was_ro:
+            return src
+        r = _new_object()                   # a read-only view of the same segment
+        r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags | FLAG_READ_ONLY,
+                           "share", -1, -1)
+        _own_base(r, src)
+        return r
+    seg = _shm_holding(src, &at)            # shared data another library's view reaches
+    if seg is not None and (ro or not was_ro):
+        r = _new_object()
+        r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags
+                           | (FLAG_READ_ONLY if ro or seg.readonly else 0), "share", -1, -1)
+        _own_base(r, seg)
+        _keep_alive(r, src)
+        return r
+    if not _host_accessible(src.desc.dl.device.device_type):
+        raise Refusal(f"share: the data is on {_device_name(src.desc.dl.device)}, which another "
+                      "process cannot map; CUDA device memory pickles as a CUDA IPC handle "
+                      "already (pickle asdlpack(x)), other devices' data: share a host copy, "
+                      f"share(x.__dlpack__(dl_device=({kDLCPU}, 0), copy=True))")
+    _host_wait(src)
+    _shm_prune()
+    seg = _shm_create(<uint64_t>src.desc.layout.nbytes, ro)
+    _gather(seg.data(), <const char *>src.desc.dl.data, src)
+    _shm_seal(seg)
+    t = src.desc.dl
+    t.data = seg.data()
+    t.byte_offset = 0
+    t.device.device_type = kDLCPU
+    t.device.device_id = 0
+    c_strides = _scratch(small, STACK_DIMS, t.ndim)
+    if c_strides == NULL:
+        raise MemoryError()
+    try:
+        _c_strides(t.ndim, t.shape, c_strides)
+        t.strides = c_strides
+        r = _new_object()
+        r._describe_tensor(&t, (src.desc.flags & FLAG_SUBBYTE_PADDED)
+                           | (FLAG_READ_ONLY if ro else 0), "share", 0,
+                           src.desc.layout.nbytes)
+    finally:
+        _scratch_free(c_strides, small)
+    _own_base(r, seg)
+    return r

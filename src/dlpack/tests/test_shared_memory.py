@@ -1,0 +1,332 @@
+"""Shared host memory (spec §11, dlpack.share): a handle in every pickle protocol, carried by real
+processes (multiprocessing with spawn and fork, ProcessPoolExecutor, Dask, Ray); writes seen both
+ways, read-only data mapped read-only, handles forwarded as handles, segments gone with their
+last holder (SIGKILL included), forged handles refused naming the field."""
+
+import concurrent.futures
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+
+import pytest
+
+import dlpack
+from dlpack import asdlpack, from_address, share
+from dlpack._core import _rebuild_shared
+from dlpack.tests import shm_children as kids
+from dlpack.tests.helpers import lib
+
+np = lib("numpy")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="shared segments are memfds: Linux only")
+
+FIELDS = ("pid", "fd", "device", "inode", "token", "offset", "code", "bits", "lanes", "shape",
+          "strides", "flags")
+
+
+@pytest.fixture(scope="module")
+def child_path():
+    """Spawned children (multiprocessing, Dask and Ray workers) import the dlpack under test."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, old) if p)
+    yield
+    if old is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+def _fields(x, protocol=5):
+    _fn, args = pickle.loads(pickle.dumps(_Peek(x), protocol))
+    return dict(zip(FIELDS, args, strict=True))
+
+
+class _Peek:
+    """Pickles as what x's reduce gives, unpickles as (function, arguments): the handle."""
+    def __init__(self, x):
+        self.x = x
+
+    def __reduce__(self):
+        fn, args = self.x.__reduce_ex__(5)
+        return tuple, ((fn, args),)
+
+
+def _dev_shm_ours():
+    """Entries of /dev/shm a pydlpack segment could have left (this suite names none there);
+    only those, never other users' (a CI run shares /dev/shm)."""
+    return [n for n in os.listdir("/dev/shm") if n.startswith(("pydlpack", "memfd"))]
+
+
+# -- in one process ------------------------------------------------------------------------------
+
+def test_share_copies_once_and_consumers_read_in_place():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]      # strided: gathered in C order
+    x = share(a)
+    assert x.shape == (3, 2) and x.strides == (2, 1) and not x.readonly
+    assert kids.mapping_perms(x.data_ptr).startswith("rw-s /memfd:pydlpack-shm")
+    n = np.from_dlpack(x)
+    assert n.__array_interface__["data"][0] == x.data_ptr
+    np.testing.assert_array_equal(n, a)
+    torch = lib("torch")
+    t = torch.from_dlpack(x)
+    assert t.data_ptr() == x.data_ptr
+    t[0, 0] = 5.0
+    assert n[0, 0] == 5.0 and a[0, 0] == 0.0          # a copy of a, shared by its consumers
+    pa = lib("pyarrow")
+    arr = pa.array(share(np.arange(4, dtype=np.int64)))
+    assert arr.to_pylist() == [0, 1, 2, 3]
+    assert share(x) is x                                # already shared: used where it lies
+    again = share(n[1:])                                # NumPy's view of it: found by address
+    assert again.data_ptr == n[1:].__array_interface__["data"][0] and again.base is x.base
+    assert pickle.loads(pickle.dumps(again)).data_ptr == again.data_ptr
+    assert share(np.from_dlpack(x).copy()).base is not x.base      # a copy is not shared
+
+
+@pytest.mark.parametrize("a", [np.zeros((0, 5)), np.array(3.5), np.arange(10)[::-3],
+                               np.arange(6, dtype=np.int16).reshape(2, 3).T, np.array([True])],
+                         ids=["empty", "0-d", "negative", "fortran", "bool"])
+def test_shapes_and_dtypes(a):
+    x = share(a)
+    y = pickle.loads(pickle.dumps(x, 2))
+    assert (y.shape, y.dtype, y.data_ptr) == (a.shape, x.dtype, x.data_ptr)
+    np.testing.assert_array_equal(np.from_dlpack(y), a)
+
+
+def test_read_only_is_mapped_read_only():
+    x = share(np.arange(6.0), readonly=True)
+    assert x.readonly and kids.mapping_perms(x.data_ptr).startswith("r--s")
+    assert not np.from_dlpack(x).flags.writeable
+    w = share(np.arange(6.0))
+    v = share(w, readonly=True)                         # a read-only view of the same segment
+    assert v.readonly and v.data_ptr == w.data_ptr and not w.readonly
+    assert share(asdlpack(b"abc")).readonly             # the source's read-only-ness by default
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_every_protocol_pickles_a_handle(protocol):
+    x = share(np.arange(1 << 16, dtype=np.float64))    # 512 KiB
+    stream = pickle.dumps(x, protocol)
+    assert len(stream) < 1024
+    y = pickle.loads(stream)
+    assert y.data_ptr == x.data_ptr and y.base is x.base   # one mapping per process
+    assert _fields(x, protocol)["pid"] == os.getpid()
+
+
+def test_views_in_a_segment_pickle_as_handles_others_by_value():
+    x = share(np.arange(10, dtype=np.int32))
+    part = from_address(x.data_ptr + 8, (3,), "int32", owner=x, strides=(2,))
+    f = _fields(part)
+    assert f["offset"] == 8 and f["strides"] == (2,)
+    assert pickle.loads(pickle.dumps(part)).data_ptr == x.data_ptr + 8
+    assert len(pickle.dumps(asdlpack(np.arange(1000)), 2)) > 8000  # not shared: by value
+
+
+def test_refusals_of_share():
+    with pytest.raises(TypeError, match="readonly"):
+        share(np.arange(3), readonly=1)
+    ro = share(np.arange(3), readonly=True)
+    w = share(ro, readonly=False)                       # writable from read-only: a copy
+    assert not w.readonly and w.data_ptr != ro.data_ptr
+
+
+# -- forged, corrupt and stale handles ---------------------------------------------------------
+
+def _args(x, **change):
+    f = _fields(x)
+    f.update(change)
+    return tuple(f.values())
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("pid", -1, "field 'pid'"), ("pid", "1", "field 'pid'"), ("fd", -3, "field 'fd'"),
+    ("device", 1.5, "field 'device'"), ("inode", None, "field 'inode'"),
+    ("token", b"short", "field 'token'"), ("offset", -1, "field 'offset'"),
+    ("shape", (1 << 40,), "'shape' = .* reach outside the 32-byte data of the segment"),
+    ("strides", (3,), "'strides' = \\(3,\\) .* reach outside the 32-byte data"),
+    ("flags", 8, "field 'flags'"),
+])
+def test_forged_fields_are_refused(field, value, match):
+    x = share(np.arange(4, dtype=np.float64))
+    with pytest.raises(BufferError, match=match):
+        _rebuild_shared(*_args(x, **{field: value}))
+
+
+def test_forged_handles_in_this_process():
+    x = share(np.arange(4, dtype=np.float64))
+    with pytest.raises(BufferError, match="field 'token'"):        # the mapped segment's
+        _rebuild_shared(*_args(x, token=bytes(16)))
+    with pytest.raises(BufferError, match="11 fields where this pickle has 12"):
+        _rebuild_shared(*_args(x)[:-1])
+    with pytest.raises(BufferError, match="offset"):
+        _rebuild_shared(*_args(x, offset=8 + 4096))
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:                # a real file: not a sealed memfd
+        f.write(b"\0" * 8192)
+        f.flush()
+        st = os.fstat(f.fileno())
+        with pytest.raises(BufferError, match=r"field 'fd'.*not a sealed memfd"):
+            _rebuild_shared(*_args(x, fd=f.fileno(), device=st.st_dev, inode=st.st_ino))
+        with pytest.raises(BufferError, match=r"fields 'device' and 'inode'.*another file"):
+            _rebuild_shared(*_args(x, fd=f.fileno(), device=st.st_dev, inode=st.st_ino + 99))
+    fd = os.memfd_create("not-pydlpack", os.MFD_ALLOW_SEALING)     # sealed, no magic
+    try:
+        os.ftruncate(fd, 8192)
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        st = os.fstat(fd)
+        with pytest.raises(BufferError, match=r"field 'fd'.*no magic"):
+            _rebuild_shared(*_args(x, fd=fd, device=st.st_dev, inode=st.st_ino))
+    finally:
+        os.close(fd)
+    with pytest.raises(BufferError, match=r"'pid' and 'fd'.*cannot be opened"):
+        _rebuild_shared(*_args(x, fd=(1 << 30), inode=(1 << 40)))     # not mapped here
+
+
+# -- real processes --------------------------------------------------------------------------
+
+def test_spawn_process_args_write_back_and_forward(child_path):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    x = share(np.arange(4, dtype=np.float64))
+    ro = share(np.arange(3, dtype=np.float64), readonly=True)
+    p = ctx.Process(target=kids.look_and_write, args=(x, q))
+    p.start()
+    values, readonly, writeable, perms = q.get(timeout=60)
+    assert values == [0.0, 1.0, 2.0, 3.0] and not readonly and perms.startswith("rw-s")
+    back = q.get(timeout=60)                            # the child's handle, loaded here
+    p.join(60)
+    assert p.exitcode == 0
+    assert back.data_ptr == x.data_ptr and np.from_dlpack(x)[0] == 99.0  # the child's write
+    # every protocol, through a second spawned process, and read-only mapped read-only
+    streams = [pickle.dumps(x, proto) for proto in range(pickle.HIGHEST_PROTOCOL + 1)]
+    p = ctx.Process(target=kids.load_stream, args=(pickle.dumps(ro, 0), q))
+    p.start()
+    values, readonly, writeable, perms = q.get(timeout=60)
+    p.join(60)
+    assert values == [0.0, 1.0, 2.0] and readonly and not writeable and perms.startswith("r--s")
+    assert p.exitcode == 0
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        for proto, stream in enumerate(streams):
+            assert pool.submit(kids.load_stream, stream, None).exception(60) is None  # 7.0
+            assert np.from_dlpack(x)[0] == 7.0, proto
+            np.from_dlpack(x)[0] = 0.0
+        # forwarding: the worker's pickle names the worker, and loads here as the same memory
+        _check_forwarded(pool.submit(kids.forward, x).result(60), x)
+
+
+def _handle_pid(stream):
+    """The pid a pickled handle names (read without loading it)."""
+    class Peek(pickle.Unpickler):
+        def find_class(self, module, name):
+            return (lambda *a: a) if name == "_rebuild_shared" else super().find_class(module,
+                                                                                          name)
+    return Peek(__import__("io").BytesIO(stream)).load()[0]
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_fork_process_pool_and_queue():
+    ctx = mp.get_context("fork")
+    x = share(np.zeros(4))
+    q = ctx.Queue()
+    p = ctx.Process(target=kids.look_and_write, args=(x, q))   # inherited, not pickled
+    p.start()
+    assert q.get(timeout=60)[0] == [0.0] * 4
+    q.get(timeout=60)                                   # through a Queue: a handle
+    p.join(60)
+    assert np.from_dlpack(x)[0] == 99.0
+    with ctx.Pool(2) as pool:
+        seen = pool.starmap(kids.write_first, [(x, 1.0), (x, 1.0)])
+        assert seen[0][0] == 1.0 and np.from_dlpack(x)[0] == 1.0
+        _check_forwarded(pool.map(kids.forward, [x])[0], x)
+        _check_read_only(pool.apply(kids.look, (share(np.arange(2.0), readonly=True),)))
+
+
+def _check_forwarded(result, x):
+    """A worker's pickle of what it received: its own handle, loading here as x's memory."""
+    stream, worker = result
+    assert _handle_pid(stream) == worker != os.getpid()
+    assert pickle.loads(stream).data_ptr == x.data_ptr
+
+
+def _check_read_only(seen):
+    values, readonly, writeable, perms = seen
+    assert values == [0.0, 1.0] and readonly and not writeable and perms.startswith("r--s")
+
+
+def test_dask_local_cluster(child_path):
+    distributed = lib("distributed")
+    x = share(np.zeros(3))
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            seen = client.submit(kids.write_first, x, 3.0, pure=False).result(60)
+            assert seen == [3.0, 0.0, 0.0] and np.from_dlpack(x)[0] == 3.0
+            _check_forwarded(client.submit(kids.forward, x, pure=False).result(60), x)
+            _check_read_only(client.submit(kids.look, share(np.arange(2.0), readonly=True),
+                                           pure=False).result(60))
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_ray_one_node(child_path):
+    ray = lib("ray")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        x = share(np.zeros(3))
+        seen = ray.get(ray.remote(kids.write_first).remote(x, 4.0), timeout=120)
+        assert seen == [4.0, 0.0, 0.0] and np.from_dlpack(x)[0] == 4.0
+        _check_forwarded(ray.get(ray.remote(kids.forward).remote(x), timeout=120), x)
+        ro = share(np.arange(2.0), readonly=True)
+        _check_read_only(ray.get(ray.remote(kids.look).remote(ro), timeout=120))
+    finally:
+        ray.shutdown()
+
+
+# -- lifetime: nothing outlives its last holder ----------------------------------------------
+
+def test_lifetime_normal_exits_and_sigkill(child_path):
+    ctx = mp.get_context("spawn")
+    shm_before = _dev_shm_ours()
+    import gc
+
+    share(np.zeros(1))                                  # lets go of pickles loaded earlier
+    gc.collect()
+    base_fds, base_maps = kids.memfds(), kids.mapped()
+    q, hold = ctx.Queue(), ctx.Event()
+    # the creator SIGKILLed: what the receiver mapped stays valid, and goes with its last view
+    p = ctx.Process(target=kids.make_and_send, args=(q, hold))
+    p.start()
+    x = pickle.loads(q.get(timeout=60))
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(60)
+    assert np.from_dlpack(x).tolist() == list(map(float, range(8)))
+    assert kids.memfds() == base_fds + 1
+    del x
+    gc.collect()
+    assert (kids.memfds(), kids.mapped()) == (base_fds, base_maps)
+    # a creator that exits before its pickle is loaded: refused, naming the fields
+    q = ctx.Queue()                                     # (a SIGKILLed writer may break one)
+    p = ctx.Process(target=kids.make_and_exit, args=(q,))
+    p.start()
+    stream = q.get(timeout=60)
+    p.join(60)
+    with pytest.raises(BufferError, match=r"'pid' and 'fd'.*exited or dropped"):
+        pickle.loads(stream)
+    # the receiver SIGKILLed, then the creator (here) lets go: nothing is left
+    y = share(np.arange(5.0))
+    q = ctx.Queue()
+    p = ctx.Process(target=kids.receive_and_wait, args=(pickle.dumps(y), q, hold))
+    p.start()
+    assert q.get(timeout=60) == (True, 1)               # the receiver holds one descriptor
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(60)
+    del y
+    share(np.zeros(1))                                  # lets go of y's loaded pickle
+    gc.collect()
+    assert (kids.memfds(), kids.mapped()) == (base_fds, base_maps)
+    assert _dev_shm_ours() == shm_before == []
