@@ -346,11 +346,11 @@ cdef bint _shm_offset(DLPackObject self, _Segment seg, int64_t *offset) noexcept
 
 
 def share(obj, *, readonly=None):
-    """``obj`` (anything ``asdlpack`` takes, on the host) in memory other processes map: its
-    pickle, in any protocol, is a handle of that memory, so a process it is sent to reads and
-    writes the same bytes (spec §11). Data already in such a segment is used where it lies;
-    anything else is copied in once (C order). ``readonly`` (default: the source's) makes the
-    data read-only, mapped so in every process."""
+    """A DLPackObject of ``obj`` (anything ``asdlpack`` takes, on the host) in memory other
+    processes map: its pickle, in any protocol, is a handle of that memory, so a process it is
+    sent to reads and writes the same bytes (spec §11). Data already in such a segment is used
+    where it lies; anything else is copied in once (C order). ``readonly`` (default: the
+    source's) makes the data read-only, mapped so in every process."""
     cdef DLPackObject src = asdlpack(obj), r
     cdef _Segment seg
     cdef int64_t at = 0
