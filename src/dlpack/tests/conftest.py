@@ -1,6 +1,7 @@
 """Fixtures shared by the suite."""
 
 import gc
+import os
 
 import pytest
 
@@ -43,6 +44,21 @@ def fake_sync():
 
 
 @pytest.hookimpl(trylast=True)        # after the terminal reporter exists
+@pytest.fixture(scope="module")
+def child_path():
+    """Spawned children (multiprocessing, Dask and Ray workers) import the dlpack under test."""
+    import dlpack
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, old) if p)
+    yield
+    if old is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
 def pytest_configure(config):
     """Print why each skipped test skipped (a missing library, no GPU), however pytest is run:
     the README's command, dlpack.tests.run(), CI. The terminal reporter read -r already, so

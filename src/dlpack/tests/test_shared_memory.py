@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-import dlpack
 from dlpack import asdlpack, from_address, share
 from dlpack._core import _rebuild_shared
 from dlpack.tests import shm_children as kids
@@ -25,19 +24,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 FIELDS = ("pid", "fd", "device", "inode", "token", "offset", "code", "bits", "lanes", "shape",
           "strides", "flags")
-
-
-@pytest.fixture(scope="module")
-def child_path():
-    """Spawned children (multiprocessing, Dask and Ray workers) import the dlpack under test."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, old) if p)
-    yield
-    if old is None:
-        del os.environ["PYTHONPATH"]
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def _fields(x, protocol=5):

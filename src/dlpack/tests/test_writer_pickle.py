@@ -234,21 +234,6 @@ def test_forged_stream_raises_buffer_error():
 # -- real engines: each cluster starts once per module; spawned processes import this dlpack --
 
 
-@pytest.fixture(scope="module")
-def child_path():
-    """Spawned children (multiprocessing, Dask and Ray workers) import the dlpack under test."""
-    import dlpack
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(dlpack.__file__)))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, old) if p)
-    yield
-    if old is None:
-        del os.environ["PYTHONPATH"]
-    else:
-        os.environ["PYTHONPATH"] = old
-
-
 def _shared_child(copied, meta, name, ready, written, results):
     """Spawned: a pickled copy, then shared memory rebuilt from out-of-band metadata."""
     from multiprocessing import shared_memory
