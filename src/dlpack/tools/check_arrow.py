@@ -133,8 +133,11 @@ class StreamProbe:
         self.schemas: list[ReleaseProbe] = []
         self.chunks: list[ReleaseProbe] = []
         call = PYFUNCTYPE(c_int, c_void_p, c_void_p)
-        get_schema = call(ctypes.cast(stream.get_schema, c_void_p).value)
-        get_next = call(ctypes.cast(stream.get_next, c_void_p).value)
+        schema_fn = ctypes.cast(stream.get_schema, c_void_p).value
+        next_fn = ctypes.cast(stream.get_next, c_void_p).value
+        if not schema_fn or not next_fn:
+            raise Fail("__arrow_c_stream__: the stream's get_schema or get_next is NULL")
+        get_schema, get_next = call(schema_fn), call(next_fn)
 
         def schema(st, out) -> int:
             rc = get_schema(ctypes.cast(st, c_void_p).value, ctypes.cast(out, c_void_p).value)

@@ -158,8 +158,9 @@ def _DESTRUCTOR(capsule: int) -> None:
     if name in (VERSIONED, LEGACY):
         kind = dlc.DLManagedTensorVersioned if name == VERSIONED else dlc.DLManagedTensor
         address = _capi.RawGetPointer(capsule, name)
-        Trampoline(ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value)(
-            address)
+        deleter = ctypes.cast(kind.from_address(address).deleter, ctypes.c_void_p).value
+        if deleter:         # NULL: the tensor needs no deleter (the DLPack header allows it)
+            Trampoline(deleter)(address)
 
 
 _KEEP.append(_DESTRUCTOR)
@@ -198,7 +199,7 @@ def _exchange_api() -> object:
     """A DLPack 1.3 exchange API that exports a probe as its ``__dlpack__`` would."""
     api = dlc.DLPackExchangeAPI()
     api.header.version = dlc.DLPackVersion(1, 3)
-    fields = dict(dlc.DLPackExchangeAPI._fields_)
+    fields = {field[0]: field[1] for field in dlc.DLPackExchangeAPI._fields_}
     for name, function in (("managed_tensor_from_py_object_no_sync", _from_object),
                            ("dltensor_from_py_object_no_sync", _dltensor_from_object),
                            ("current_work_stream", _no_stream),

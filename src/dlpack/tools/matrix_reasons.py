@@ -106,17 +106,17 @@ def grouped_places(result: dict, cells: Iterable[dict]) -> list[str]:
             key = (tuple(consumers), (EVERY_DTYPE,) if whole else dtypes)
             groups.setdefault(key, []).append(p)
     out = []
-    for (consumers, dtypes), providers in groups.items():
-        whom = "every consumer" if len(consumers) > 1 and list(consumers) == every_consumer \
-            else _join(consumers)
-        if dtypes == (EVERY_DTYPE,):
+    for (takers, dtypes_of), providers in groups.items():
+        whom = "every consumer" if len(takers) > 1 and list(takers) == every_consumer \
+            else _join(takers)
+        if dtypes_of == (EVERY_DTYPE,):
             what = EVERY_DTYPE if len(providers) == 1 else "every dtype they make"
             out.append(f"{_join(providers)} → {whom} ({what})")
             continue
         makers = [p for p in result["providers"]
-                  if all((p, c, d) in have for c in consumers for d in dtypes)]
+                  if all((p, c, d) in have for c in takers for d in dtypes_of)]
         if len(providers) > 1 and providers == makers:
-            out.append(f"every provider of {_join(dtypes)} → {whom}")
+            out.append(f"every provider of {_join(dtypes_of)} → {whom}")
         else:
-            out.append(f"{_join(providers)} → {whom} ({_join(dtypes)})")
+            out.append(f"{_join(providers)} → {whom} ({_join(dtypes_of)})")
     return out

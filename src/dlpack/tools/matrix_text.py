@@ -138,8 +138,8 @@ def not_run_lines(result: dict) -> list[str]:
     by_pair: dict[tuple[str, str, str], list[str]] = {}
     for x in result.get("not_run", []):
         by_pair.setdefault((x["library"], x["provider"], x["consumer"]), []).append(x["dtype"])
-    for (library, p, c), ds in by_pair.items():
-        groups.setdefault(library, {}).setdefault((p, tuple(ds)), []).append(c)
+    for (library, p, c), names in by_pair.items():
+        groups.setdefault(library, {}).setdefault((p, tuple(names)), []).append(c)
     out = []
     for library, where in groups.items():
         count = sum(len(ds) * len(cs) for (_, ds), cs in where.items())
