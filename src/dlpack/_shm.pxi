@@ -8,7 +8,13 @@
 # many loads, spec §11). Another process opens it as /proc/PID/fd/FD and checks device, inode,
 # seals, size, magic and token before it maps a byte of data.
 
+import errno as _errno
 import os as _os
+
+# The way out of running short of descriptors: a segment holds one in every process mapping it.
+cdef str _SHM_NOFILE = (" (each shared segment holds a descriptor in every process that maps it: "
+                        "drop shared objects no longer used, or raise the limit, ulimit -n or "
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, ...))")
 
 
 cdef extern from *:
@@ -213,9 +219,12 @@ cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
     with nogil:
         rc = _shm_create_c(nbytes, tok, &seg.fd, &seg.base)
     if rc:
+        why = (_SHM_NOFILE if rc in (_errno.EMFILE, _errno.ENFILE) else
+               " (memfd_create; shared memory needs Linux 3.17 or newer)" if rc == _errno.ENOSYS
+               else " (memfd_create)")
         raise Refusal(f"share: cannot make a shared segment of {nbytes} bytes: "
-                      f"{_os.strerror(rc)} (memfd_create; shared memory needs Linux 3.17 or "
-                      "newer); pickle the object by value instead: pickle.dumps(asdlpack(x))")
+                      f"{_os.strerror(rc)}{why}; pickle the object by value instead: "
+                      "pickle.dumps(asdlpack(x))")
     seg.size = SHM_HEAD + nbytes
     seg.token = token
     seg.readonly = readonly
@@ -264,7 +273,12 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
         field = ("fields 'pid' and 'fd'" if step <= SHM_STAT else "fields 'device' and 'inode'"
                  if step == SHM_INODE else "field 'token'" if step == SHM_TOKEN else "field 'fd'")
         why = f": {_os.strerror(err)}" if err else ""
-        gone = (" (the sending process exited or dropped every view of it: keep the sender "
+        gone = (_SHM_NOFILE if err in (_errno.EMFILE, _errno.ENFILE) else
+                " (this process may not read that one's descriptors: another user's or "
+                "another PID namespace's process, or the sender exited and its pid is "
+                "another's now, spec §11)"
+                if err in (_errno.EACCES, _errno.EPERM) else
+                " (the sending process exited or dropped every view of it: keep the sender "
                 "alive until its pickles are loaded, spec §11)" if step <= SHM_INODE else
                 "; the pickle is corrupt or forged")
         raise Refusal(f"pickle: {field} (pid {pid}, fd {fd}, device {dev}, inode {ino}): "

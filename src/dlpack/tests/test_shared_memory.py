@@ -133,6 +133,49 @@ def test_refusals_of_share():
     assert not w.readonly and w.data_ptr != ro.data_ptr
 
 
+def test_copy_and_deepcopy_copy_the_values():
+    """copy.copy and copy.deepcopy are values, as of any view: not another view of the segment
+    (a deep copy that writes through to the original would be a wrong value)."""
+    import copy
+
+    for ro in (False, True):
+        x = share(np.arange(4.0), readonly=ro)
+        for c in (copy.copy(x), copy.deepcopy(x), copy.deepcopy([x])[0]):
+            assert c.data_ptr != x.data_ptr and c.readonly == ro
+            assert np.from_dlpack(c).tolist() == [0.0, 1.0, 2.0, 3.0]
+            if not ro:
+                np.from_dlpack(c)[0] = 9
+                assert np.from_dlpack(x)[0] == 0
+    view = share(np.from_dlpack(share(np.arange(6.0)))[1::2])   # a view of a segment
+    assert np.from_dlpack(copy.deepcopy(view)).tolist() == [1.0, 3.0, 5.0]
+
+
+def test_running_out_of_descriptors_is_named():
+    """Each segment holds a descriptor: at the limit, share and a load name the limit and the
+    way out, not an old kernel or an exited sender."""
+    import resource
+
+    x = share(np.arange(4.0))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, os.listdir("/proc/self/fd"))) + 8,
+                                                hard))
+    try:
+        while True:
+            try:
+                filler.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        with pytest.raises(BufferError, match=r"Too many open files.*RLIMIT_NOFILE"):
+            share(np.arange(3.0))
+        with pytest.raises(BufferError, match=r"Too many open files.*RLIMIT_NOFILE"):
+            _rebuild_shared(*_args(x, inode=(1 << 40)))     # not mapped here: opened
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 # -- forged, corrupt and stale handles ---------------------------------------------------------
 
 def _args(x, **change):
