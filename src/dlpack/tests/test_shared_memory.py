@@ -198,6 +198,32 @@ def test_forged_fields_are_refused(field, value, match):
         _rebuild_shared(*_args(x, **{field: value}))
 
 
+@pytest.mark.parametrize("change", [
+    {"shape": (), "strides": (), "offset": 26},                  # a 0-d element past the end
+    {"shape": (4,), "strides": (-1,)},                          # backwards from the start
+    {"shape": (3,), "strides": (-(1 << 61),), "offset": 32},    # strides past the address space
+    {"lanes": 4, "shape": (2,), "strides": (1,)},              # 64 bytes of vectors in 32
+    {"code": 0, "bits": 4, "shape": (65,), "strides": (1,)},   # packed int4: 33 bytes
+    {"shape": (1 << 62, 4), "strides": (4, 1)},                 # a byte size past 64 bits
+])
+def test_forged_layouts_are_refused(change):
+    """Layouts whose elements reach outside the segment's data, however they get there."""
+    x = share(np.arange(4, dtype=np.float64))
+    with pytest.raises(BufferError, match=r"reach|overflows|address space"):
+        _rebuild_shared(*_args(x, **change))
+
+
+def test_forged_layouts_inside_the_data_load_in_place():
+    """Backwards strides from the last element, and empty arrays with any strides at the end of
+    the data: inside it, so loaded where they lie."""
+    x = share(np.arange(4, dtype=np.float64))
+    back = _rebuild_shared(*_args(x, shape=(4,), strides=(-1,), offset=24))
+    assert back.data_ptr == x.data_ptr + 24
+    assert np.from_dlpack(back).tolist() == [3.0, 2.0, 1.0, 0.0]
+    empty = _rebuild_shared(*_args(x, shape=(0, 5), strides=(1 << 60, 1 << 60), offset=32))
+    assert np.from_dlpack(empty).shape == (0, 5)
+
+
 def test_forged_handles_in_this_process():
     x = share(np.arange(4, dtype=np.float64))
     with pytest.raises(BufferError, match="field 'token'"):        # the mapped segment's
