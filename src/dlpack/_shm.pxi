@@ -28,6 +28,7 @@ cdef extern from *:
     #include <unistd.h>
     #ifdef __linux__
     #include <sys/syscall.h>
+    #include <sys/sysinfo.h>
     #endif
     /* manylinux2014's headers predate memfd: its numbers, as the kernel defines them */
     #if defined(__linux__) && !defined(SYS_memfd_create)
@@ -54,6 +55,19 @@ cdef extern from *:
         uint64_t pickled;               /* pickles made, by every process holding it */
         uint64_t opened;                /* pickles loaded, by every process */
     } dlpk_shm_header;
+
+    /* This machine's memory and swap in bytes (0: unknown). Shared memory is not refused when
+       it is mapped, as malloc refuses what it cannot hold: filling more than there is kills
+       the process (the OOM killer, or SIGBUS) instead. */
+    static uint64_t dlpk_shm_memory(void) {
+    #ifdef __linux__
+        struct sysinfo si;
+        if (sysinfo(&si) != 0) return 0;
+        return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * (uint64_t)si.mem_unit;
+    #else
+        return 0;
+    #endif
+    }
 
     /* A new sealed segment of DLPK_SHM_HEAD + size bytes, mapped read-write at *base, its
        header written; 0, or an errno. */
@@ -144,6 +158,7 @@ cdef extern from *:
     int _shm_open_c "dlpk_shm_open"(
         long long pid, long long fd, unsigned long long dev, unsigned long long ino,
         const unsigned char *token, int *fd_out, char **base, uint64_t *size, int *err) nogil
+    uint64_t _shm_memory "dlpk_shm_memory"() nogil
     int _shm_protect "dlpk_shm_protect"(char *base, uint64_t size) nogil
     void _shm_close "dlpk_shm_close"(char *base, uint64_t size, int fd) nogil
     uint64_t *_shm_count "dlpk_shm_count"(char *base, int opened) nogil
@@ -214,8 +229,12 @@ cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
     cdef bytes token = _os.urandom(16)
     cdef const unsigned char *tok = <const unsigned char *><char *>token
     cdef int rc
+    cdef uint64_t memory = _shm_memory()
     if nbytes > <uint64_t>INT64_MAX - SHM_HEAD:
         raise MemoryError(f"share: {nbytes} bytes do not fit a segment")
+    if memory and nbytes > memory:      # refused as malloc refuses it, not killed filling it
+        raise MemoryError(f"share: {nbytes} bytes are more than this machine's memory and swap "
+                          f"({memory} bytes); share a smaller part, or pickle by value")
     with nogil:
         rc = _shm_create_c(nbytes, tok, &seg.fd, &seg.base)
     if rc:

@@ -150,6 +150,14 @@ def test_copy_and_deepcopy_copy_the_values():
     assert np.from_dlpack(copy.deepcopy(view)).tolist() == [1.0, 3.0, 5.0]
 
 
+def test_more_than_the_machine_holds_is_a_memory_error():
+    """A shared segment is not refused when mapped, as malloc refuses what it cannot hold:
+    filling 8 TiB would be the OOM killer's, not an exception."""
+    huge = np.broadcast_to(np.zeros(1), (1 << 40,))
+    with pytest.raises(MemoryError, match="more than this machine's memory and swap"):
+        share(huge)
+
+
 def test_running_out_of_descriptors_is_named():
     """Each segment holds a descriptor: at the limit, share and a load name the limit and the
     way out, not an old kernel or an exited sender."""
