@@ -379,6 +379,15 @@ cdef class DLPackObject:
         CUDA device data goes as a CUDA IPC handle of the memory itself (spec §11)."""
         return _reduce(self, protocol)
 
+    def __copy__(self):
+        """``copy.copy``: the values, as a protocol-4 pickle loads them (a shared object's too,
+        not another view of its segment: spec §11)."""
+        return _copy_value(self)
+
+    def __deepcopy__(self, memo):
+        """``copy.deepcopy``: the values, as ``copy.copy``."""
+        return _copy_value(self)
+
     __dlpack_c_exchange_api__ = PyCapsule_New(&_API, b"dlpack_exchange_api", NULL)
 
     # __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) is installed

@@ -8,7 +8,13 @@
 # many loads, spec §11). Another process opens it as /proc/PID/fd/FD and checks device, inode,
 # seals, size, magic and token before it maps a byte of data.
 
+import errno as _errno
 import os as _os
+
+# The way out of running short of descriptors: a segment holds one in every process mapping it.
+cdef str _SHM_NOFILE = (" (each shared segment holds a descriptor in every process that maps it: "
+                        "drop shared objects no longer used, or raise the limit, ulimit -n or "
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, ...))")
 
 
 cdef extern from *:
@@ -22,6 +28,7 @@ cdef extern from *:
     #include <unistd.h>
     #ifdef __linux__
     #include <sys/syscall.h>
+    #include <sys/sysinfo.h>
     #endif
     /* manylinux2014's headers predate memfd: its numbers, as the kernel defines them */
     #if defined(__linux__) && !defined(SYS_memfd_create)
@@ -48,6 +55,19 @@ cdef extern from *:
         uint64_t pickled;               /* pickles made, by every process holding it */
         uint64_t opened;                /* pickles loaded, by every process */
     } dlpk_shm_header;
+
+    /* This machine's memory and swap in bytes (0: unknown). Shared memory is not refused when
+       it is mapped, as malloc refuses what it cannot hold: filling more than there is kills
+       the process (the OOM killer, or SIGBUS) instead. */
+    static uint64_t dlpk_shm_memory(void) {
+    #ifdef __linux__
+        struct sysinfo si;
+        if (sysinfo(&si) != 0) return 0;
+        return ((uint64_t)si.totalram + (uint64_t)si.totalswap) * (uint64_t)si.mem_unit;
+    #else
+        return 0;
+    #endif
+    }
 
     /* A new sealed segment of DLPK_SHM_HEAD + size bytes, mapped read-write at *base, its
        header written; 0, or an errno. */
@@ -138,6 +158,7 @@ cdef extern from *:
     int _shm_open_c "dlpk_shm_open"(
         long long pid, long long fd, unsigned long long dev, unsigned long long ino,
         const unsigned char *token, int *fd_out, char **base, uint64_t *size, int *err) nogil
+    uint64_t _shm_memory "dlpk_shm_memory"() nogil
     int _shm_protect "dlpk_shm_protect"(char *base, uint64_t size) nogil
     void _shm_close "dlpk_shm_close"(char *base, uint64_t size, int fd) nogil
     uint64_t *_shm_count "dlpk_shm_count"(char *base, int opened) nogil
@@ -208,14 +229,21 @@ cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
     cdef bytes token = _os.urandom(16)
     cdef const unsigned char *tok = <const unsigned char *><char *>token
     cdef int rc
+    cdef uint64_t memory = _shm_memory()
     if nbytes > <uint64_t>INT64_MAX - SHM_HEAD:
         raise MemoryError(f"share: {nbytes} bytes do not fit a segment")
+    if memory and nbytes > memory:      # refused as malloc refuses it, not killed filling it
+        raise MemoryError(f"share: {nbytes} bytes are more than this machine's memory and swap "
+                          f"({memory} bytes); share a smaller part, or pickle by value")
     with nogil:
         rc = _shm_create_c(nbytes, tok, &seg.fd, &seg.base)
     if rc:
+        why = (_SHM_NOFILE if rc in (_errno.EMFILE, _errno.ENFILE) else
+               " (memfd_create; shared memory needs Linux 3.17 or newer)" if rc == _errno.ENOSYS
+               else " (memfd_create)")
         raise Refusal(f"share: cannot make a shared segment of {nbytes} bytes: "
-                      f"{_os.strerror(rc)} (memfd_create; shared memory needs Linux 3.17 or "
-                      "newer); pickle the object by value instead: pickle.dumps(asdlpack(x))")
+                      f"{_os.strerror(rc)}{why}; pickle the object by value instead: "
+                      "pickle.dumps(asdlpack(x))")
     seg.size = SHM_HEAD + nbytes
     seg.token = token
     seg.readonly = readonly
@@ -264,7 +292,12 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
         field = ("fields 'pid' and 'fd'" if step <= SHM_STAT else "fields 'device' and 'inode'"
                  if step == SHM_INODE else "field 'token'" if step == SHM_TOKEN else "field 'fd'")
         why = f": {_os.strerror(err)}" if err else ""
-        gone = (" (the sending process exited or dropped every view of it: keep the sender "
+        gone = (_SHM_NOFILE if err in (_errno.EMFILE, _errno.ENFILE) else
+                " (this process may not read that one's descriptors: another user's or "
+                "another PID namespace's process, or the sender exited and its pid is "
+                "another's now, spec §11)"
+                if err in (_errno.EACCES, _errno.EPERM) else
+                " (the sending process exited or dropped every view of it: keep the sender "
                 "alive until its pickles are loaded, spec §11)" if step <= SHM_INODE else
                 "; the pickle is corrupt or forged")
         raise Refusal(f"pickle: {field} (pid {pid}, fd {fd}, device {dev}, inode {ino}): "

@@ -69,6 +69,15 @@ cdef object _reduce(DLPackObject self, int protocol):
     return _reduce_host(self, protocol)
 
 
+cdef object _copy_value(DLPackObject self):
+    """``copy.copy`` and ``copy.deepcopy``: what a protocol-4 pickle loads, but data in a shared
+    segment copied as host data is, not sent as its handle: a copy is a value (spec §11)."""
+    cdef int64_t at = 0
+    fn, args = (_reduce_host(self, 4) if _shm_origin(self, &at) is not None
+                else _reduce(self, 4))
+    return fn(*args)
+
+
 cdef object _reduce_host(DLPackObject self, int protocol):
     """(_rebuild, (data, code, bits, lanes, shape, strides, offset, flags)).
 

@@ -119,6 +119,57 @@ def test_refusals_of_share():
     assert not w.readonly and w.data_ptr != ro.data_ptr
 
 
+def test_copy_and_deepcopy_copy_the_values():
+    """copy.copy and copy.deepcopy are values, as of any view: not another view of the segment
+    (a deep copy that writes through to the original would be a wrong value)."""
+    import copy
+
+    for ro in (False, True):
+        x = share(np.arange(4.0), readonly=ro)
+        for c in (copy.copy(x), copy.deepcopy(x), copy.deepcopy([x])[0]):
+            assert c.data_ptr != x.data_ptr and c.readonly == ro
+            assert np.from_dlpack(c).tolist() == [0.0, 1.0, 2.0, 3.0]
+            if not ro:
+                np.from_dlpack(c)[0] = 9
+                assert np.from_dlpack(x)[0] == 0
+    view = share(np.from_dlpack(share(np.arange(6.0)))[1::2])   # a view of a segment
+    assert np.from_dlpack(copy.deepcopy(view)).tolist() == [1.0, 3.0, 5.0]
+
+
+def test_more_than_the_machine_holds_is_a_memory_error():
+    """A shared segment is not refused when mapped, as malloc refuses what it cannot hold:
+    filling 8 TiB would be the OOM killer's, not an exception."""
+    huge = np.broadcast_to(np.zeros(1), (1 << 40,))
+    with pytest.raises(MemoryError, match="more than this machine's memory and swap"):
+        share(huge)
+
+
+def test_running_out_of_descriptors_is_named():
+    """Each segment holds a descriptor: at the limit, share and a load name the limit and the
+    way out, not an old kernel or an exited sender."""
+    import resource
+
+    x = share(np.arange(4.0))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(map(int, os.listdir("/proc/self/fd"))) + 8,
+                                                hard))
+    try:
+        while True:
+            try:
+                filler.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        with pytest.raises(BufferError, match=r"Too many open files.*RLIMIT_NOFILE"):
+            share(np.arange(3.0))
+        with pytest.raises(BufferError, match=r"Too many open files.*RLIMIT_NOFILE"):
+            _rebuild_shared(*_args(x, inode=(1 << 40)))     # not mapped here: opened
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 # -- forged, corrupt and stale handles ---------------------------------------------------------
 
 def _args(x, **change):
@@ -139,6 +190,32 @@ def test_forged_fields_are_refused(field, value, match):
     x = share(np.arange(4, dtype=np.float64))
     with pytest.raises(BufferError, match=match):
         _rebuild_shared(*_args(x, **{field: value}))
+
+
+@pytest.mark.parametrize("change", [
+    {"shape": (), "strides": (), "offset": 26},                  # a 0-d element past the end
+    {"shape": (4,), "strides": (-1,)},                          # backwards from the start
+    {"shape": (3,), "strides": (-(1 << 61),), "offset": 32},    # strides past the address space
+    {"lanes": 4, "shape": (2,), "strides": (1,)},              # 64 bytes of vectors in 32
+    {"code": 0, "bits": 4, "shape": (65,), "strides": (1,)},   # packed int4: 33 bytes
+    {"shape": (1 << 62, 4), "strides": (4, 1)},                 # a byte size past 64 bits
+])
+def test_forged_layouts_are_refused(change):
+    """Layouts whose elements reach outside the segment's data, however they get there."""
+    x = share(np.arange(4, dtype=np.float64))
+    with pytest.raises(BufferError, match=r"reach|overflows|address space"):
+        _rebuild_shared(*_args(x, **change))
+
+
+def test_forged_layouts_inside_the_data_load_in_place():
+    """Backwards strides from the last element, and empty arrays with any strides at the end of
+    the data: inside it, so loaded where they lie."""
+    x = share(np.arange(4, dtype=np.float64))
+    back = _rebuild_shared(*_args(x, shape=(4,), strides=(-1,), offset=24))
+    assert back.data_ptr == x.data_ptr + 24
+    assert np.from_dlpack(back).tolist() == [3.0, 2.0, 1.0, 0.0]
+    empty = _rebuild_shared(*_args(x, shape=(0, 5), strides=(1 << 60, 1 << 60), offset=32))
+    assert np.from_dlpack(empty).shape == (0, 5)
 
 
 def test_forged_handles_in_this_process():
