@@ -4,9 +4,10 @@
 # it, a SIGKILLed one included. It is sealed against shrinking and growing, so that a mapping
 # never reaches past its end (a read there is SIGBUS, not an exception), and starts with a
 # header page: a magic, a 128-bit random token that only its pickles carry, the read-only flag,
-# and the counts of pickles made and loaded (every process keeps what it pickled alive until as
-# many loads, spec §11). Another process opens it as /proc/PID/fd/FD and checks device, inode,
-# seals, size, magic and token before it maps a byte of data.
+# the serial of the next pickle and a bit per serial set by its first load (every process keeps
+# what it pickled alive until each of its pickles was loaded, spec §11). Another process opens
+# it as /proc/PID/fd/FD and checks device, inode, seals, size, magic and token before it maps a
+# byte of data; read-only data is mapped copy-on-write in every process.
 
 import errno as _errno
 import os as _os
@@ -52,9 +53,10 @@ cdef extern from *:
         char magic[8];
         unsigned char token[16];
         uint64_t readonly;
-        uint64_t pickled;               /* pickles made, by every process holding it */
-        uint64_t opened;                /* pickles loaded, by every process */
+        uint64_t pickled;               /* pickles made, by every process: the next serial */
+        uint64_t loaded[(DLPK_SHM_HEAD - 40) / 8];  /* bit n: pickle n was loaded */
     } dlpk_shm_header;
+    #define DLPK_SHM_SERIALS ((uint64_t)(DLPK_SHM_HEAD - 40) / 8 * 64)
 
     /* This machine's memory and swap in bytes (0: unknown). Shared memory is not refused when
        it is mapped, as malloc refuses what it cannot hold: filling more than there is kills
@@ -133,20 +135,31 @@ cdef extern from *:
         return SHM_OK;
     }
 
-    static int dlpk_shm_protect(char *base, uint64_t size) {   /* the data read-only */
+    /* Read-only data: its pages mapped copy-on-write in place, so that no process can change
+       what the others read, and a consumer that ignores READ_ONLY (torch) writes into private
+       copies of the pages it touches instead of faulting. */
+    static int dlpk_shm_private(char *base, uint64_t size, int fd) {
         if (size <= DLPK_SHM_HEAD) return 0;
-        return mprotect(base + DLPK_SHM_HEAD, size - DLPK_SHM_HEAD, PROT_READ) ? errno : 0;
+        return mmap(base + DLPK_SHM_HEAD, size - DLPK_SHM_HEAD, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_FIXED, fd, DLPK_SHM_HEAD) == MAP_FAILED ? errno : 0;
     }
     static void dlpk_shm_close(char *base, uint64_t size, int fd) {
         if (base) munmap(base, size);
         if (fd >= 0) close(fd);
     }
-    static uint64_t *dlpk_shm_count(char *base, int opened) {
-        dlpk_shm_header *h = (dlpk_shm_header *)base;
-        return opened ? &h->opened : &h->pickled;
+    static uint64_t dlpk_shm_serial(char *base) {      /* a new pickle's serial */
+        return __atomic_fetch_add(&((dlpk_shm_header *)base)->pickled, 1, __ATOMIC_SEQ_CST);
     }
-    static void dlpk_shm_add(uint64_t *c) { __atomic_fetch_add(c, 1, __ATOMIC_SEQ_CST); }
-    static uint64_t dlpk_shm_load(uint64_t *c) { return __atomic_load_n(c, __ATOMIC_SEQ_CST); }
+    static void dlpk_shm_mark(char *base, uint64_t serial) {   /* pickle serial was loaded */
+        if (serial < DLPK_SHM_SERIALS)
+            __atomic_fetch_or(&((dlpk_shm_header *)base)->loaded[serial / 64],
+                              (uint64_t)1 << (serial % 64), __ATOMIC_SEQ_CST);
+    }
+    static int dlpk_shm_marked(char *base, uint64_t serial) {  /* beyond the bits: never */
+        return serial < DLPK_SHM_SERIALS
+            && (__atomic_load_n(&((dlpk_shm_header *)base)->loaded[serial / 64],
+                                __ATOMIC_SEQ_CST) >> (serial % 64)) & 1;
+    }
     """
     int SHM_HEAD "DLPK_SHM_HEAD"
     enum:
@@ -159,11 +172,11 @@ cdef extern from *:
         long long pid, long long fd, unsigned long long dev, unsigned long long ino,
         const unsigned char *token, int *fd_out, char **base, uint64_t *size, int *err) nogil
     uint64_t _shm_memory "dlpk_shm_memory"() nogil
-    int _shm_protect "dlpk_shm_protect"(char *base, uint64_t size) nogil
+    int _shm_private "dlpk_shm_private"(char *base, uint64_t size, int fd) nogil
     void _shm_close "dlpk_shm_close"(char *base, uint64_t size, int fd) nogil
-    uint64_t *_shm_count "dlpk_shm_count"(char *base, int opened) nogil
-    void _shm_add "dlpk_shm_add"(uint64_t *c) nogil
-    uint64_t _shm_load "dlpk_shm_load"(uint64_t *c) nogil
+    uint64_t _shm_serial "dlpk_shm_serial"(char *base) nogil
+    void _shm_mark "dlpk_shm_mark"(char *base, uint64_t serial) nogil
+    bint _shm_marked "dlpk_shm_marked"(char *base, uint64_t serial) nogil
 
 
 @cython.final
@@ -195,7 +208,7 @@ cdef class _Segment:
 
 
 cdef object _shm_mapped = None      # (device, inode) -> this process's _Segment (weak values)
-cdef list _shm_pending = []         # segments this process pickled: kept until loaded (§11)
+cdef list _shm_pending = []         # (segment, serial) of each pickle made here, until loaded
 cdef object _shm_lock = _threading.Lock()
 
 
@@ -223,8 +236,8 @@ cdef int _shm_stat(_Segment seg) except -1:
 
 
 cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
-    """A new segment with nbytes of data, mapped read-write here (read-only data is protected
-    once filled: _shm_seal)."""
+    """A new segment with nbytes of data, mapped read-write here (read-only data is mapped
+    copy-on-write once filled: _shm_seal)."""
     cdef _Segment seg = _Segment.__new__(_Segment)
     cdef bytes token = _os.urandom(16)
     cdef const unsigned char *tok = <const unsigned char *><char *>token
@@ -253,12 +266,13 @@ cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
 
 
 cdef int _shm_seal(_Segment seg) except -1:
-    """Map a read-only segment's data read-only, once it is filled."""
+    """Map a read-only segment's data copy-on-write, once it is filled: a write by a consumer
+    that ignores READ_ONLY changes no other process's data (spec §11)."""
     cdef int rc
     if seg.readonly:
-        rc = _shm_protect(seg.base, seg.size)
+        rc = _shm_private(seg.base, seg.size, seg.fd)
         if rc:
-            raise OSError(rc, f"share: mprotect: {_os.strerror(rc)}")
+            raise OSError(rc, f"share: mmap (copy-on-write): {_os.strerror(rc)}")
     return 0
 
 
@@ -314,31 +328,23 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
     return seg
 
 
-cdef int _shm_pickled(_Segment seg) except -1:
-    """Count a pickle of seg and keep seg alive until as many loads as pickles (by every
-    process) were counted, or this process ends."""
-    _shm_add(_shm_count(seg.base, 0))
+cdef uint64_t _shm_pickled(_Segment seg) except? 0:
+    """A new pickle's serial; seg is kept alive here until that pickle was loaded once (by any
+    process), or this process ends."""
+    cdef uint64_t serial = _shm_serial(seg.base)
     _shm_prune()
     with _shm_lock:
-        if seg not in _shm_pending:
-            _shm_pending.append(seg)
-    return 0
+        _shm_pending.append((seg, serial))
+    return serial
 
 
 cdef int _shm_prune() except -1:
-    """Let go of the pickled segments whose pickles were all loaded (at each share and
-    pickle: no thread of its own)."""
+    """Let go of the pickles that were loaded (at each share and pickle: no thread of its
+    own); a segment goes with the last of its pickles and views."""
     with _shm_lock:
-        _shm_pending[:] = [s for s in _shm_pending if _shm_waiting(<_Segment>s)]
+        _shm_pending[:] = [e for e in _shm_pending
+                           if not _shm_marked((<_Segment>e[0]).base, e[1])]
     return 0
-
-
-cdef inline bint _shm_waiting(_Segment seg) noexcept:
-    return _shm_load(_shm_count(seg.base, 1)) < _shm_load(_shm_count(seg.base, 0))
-
-
-cdef inline void _shm_loaded(_Segment seg) noexcept:
-    _shm_add(_shm_count(seg.base, 1))
 
 
 cdef _Segment _shm_origin(DLPackObject self, int64_t *offset):

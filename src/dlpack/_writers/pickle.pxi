@@ -15,8 +15,8 @@ cdef uint64_t _PICKLED_FLAGS = FLAG_READ_ONLY | FLAG_SUBBYTE_PADDED
 # The fields of each kind of pickle, in order, as refusals name them.
 cdef tuple _HOST_FIELDS = ("data", "code", "bits", "lanes", "shape", "strides", "offset", "flags")
 cdef tuple _COPY_FIELDS = ("kind", "device", "args")
-cdef tuple _SHARED_FIELDS = ("pid", "fd", "device", "inode", "token", "offset", "code", "bits",
-                             "lanes", "shape", "strides", "flags")
+cdef tuple _SHARED_FIELDS = ("pid", "fd", "device", "inode", "token", "serial", "offset", "code",
+                             "bits", "lanes", "shape", "strides", "flags")
 cdef tuple _IPC_FIELDS = ("handle", "offset", "device", "code", "bits", "lanes", "shape",
                           "strides", "flags", "event", "pid", "token")
 
@@ -580,13 +580,13 @@ def _rebuild_ipc(*fields):
 # -- shared host memory (docs/spec.md §11): a handle of the segment, in any protocol ------------
 
 cdef object _reduce_shared(DLPackObject self, _Segment seg, int64_t at):
-    """(_rebuild_shared, (pid, fd, device, inode, token, offset, dtype, shape, strides, flags)):
-    elements ``at`` bytes into the data of the segment this process holds as fd; counted as a
-    pickle, which keeps seg alive here until as many loads were counted (_shm_pickled)."""
-    _shm_pickled(seg)
+    """(_rebuild_shared, (pid, fd, device, inode, token, serial, offset, dtype, shape, strides,
+    flags)): elements ``at`` bytes into the data of the segment this process holds as fd; the
+    serial names this pickle, which keeps seg alive here until it was loaded (_shm_pickled)."""
+    cdef uint64_t serial = _shm_pickled(seg)
     t = self.desc.dl.dtype
-    return _rebuild_shared, (_os.getpid(), seg.fd, seg.dev, seg.ino, seg.token, at, t.code,
-                             t.bits, t.lanes, self.shape, self.strides,
+    return _rebuild_shared, (_os.getpid(), seg.fd, seg.dev, seg.ino, seg.token, serial, at,
+                             t.code, t.bits, t.lanes, self.shape, self.strides,
                              self.desc.flags & _PICKLED_FLAGS)
 
 
@@ -594,7 +594,7 @@ def _rebuild_shared(*fields):
     """Unpickle a shared segment's handle (_SHARED_FIELDS): the segment mapped once per
     process after every check of _shm_open, the view bounded by its data, read-only where the
     pickle or the segment says so."""
-    (pid, fd, dev, ino, token, offset, code, bits, lanes, shape, strides,
+    (pid, fd, dev, ino, token, serial, offset, code, bits, lanes, shape, strides,
      flags) = _fields(fields, _SHARED_FIELDS)
     cdef DLPackObject r = _new_object()
     cdef _Segment seg
@@ -605,6 +605,7 @@ def _rebuild_shared(*fields):
     _field(dev, "device", 0, INT64_MAX)
     _field(ino, "inode", 0, INT64_MAX)
     _bytes_field(token, "token", 16)
+    cdef uint64_t c_serial = _field(serial, "serial", 0, INT64_MAX)
     try:
         _pickled_header(&p, code, bits, lanes, shape, strides, flags)
         seg = _shm_open(pid, fd, dev, ino, token)
@@ -619,6 +620,6 @@ def _rebuild_shared(*fields):
     finally:
         _pickled_free(&p)
     _in_allocation(r, at, size, "data of the segment fields 'pid' and 'fd' name")
-    _shm_loaded(seg)
+    _shm_mark(seg.base, c_serial)
     _own_base(r, seg)
     return r

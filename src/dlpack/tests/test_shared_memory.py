@@ -1,9 +1,10 @@
 """Shared host memory (spec §11, dlpack.share): a handle in every pickle protocol, carried by real
 processes (multiprocessing with spawn and fork, ProcessPoolExecutor, Dask, Ray); writes seen both
-ways, read-only data mapped read-only, handles forwarded as handles, segments gone with their
+ways, read-only data mapped copy-on-write, handles forwarded as handles, segments gone with their
 last holder (SIGKILL included), forged handles refused naming the field."""
 
 import concurrent.futures
+import gc
 import multiprocessing as mp
 import os
 import pickle
@@ -22,8 +23,8 @@ np = lib("numpy")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="shared segments are memfds: Linux only")
 
-FIELDS = ("pid", "fd", "device", "inode", "token", "offset", "code", "bits", "lanes", "shape",
-          "strides", "flags")
+FIELDS = ("pid", "fd", "device", "inode", "token", "serial", "offset", "code", "bits", "lanes",
+          "shape", "strides", "flags")
 
 
 def _fields(x, protocol=5):
@@ -82,14 +83,29 @@ def test_shapes_and_dtypes(a):
     np.testing.assert_array_equal(np.from_dlpack(y), a)
 
 
-def test_read_only_is_mapped_read_only():
+def test_read_only_is_mapped_copy_on_write():
     x = share(np.arange(6.0), readonly=True)
-    assert x.readonly and kids.mapping_perms(x.data_ptr).startswith("r--s")
+    assert x.readonly and kids.mapping_perms(x.data_ptr).startswith("rw-p")
     assert not np.from_dlpack(x).flags.writeable
     w = share(np.arange(6.0))
     v = share(w, readonly=True)                         # a read-only view of the same segment
     assert v.readonly and v.data_ptr == w.data_ptr and not w.readonly
     assert share(asdlpack(b"abc")).readonly             # the source's read-only-ness by default
+
+
+def test_a_consumer_ignoring_read_only_changes_no_other_process():
+    """torch has no read-only tensors: its in-place write lands in this process's private
+    copy of the page, not in the segment another process reads (and does not fault)."""
+    torch = lib("torch")
+    x = share(np.arange(6.0), readonly=True)
+    fields = _fields(x)
+    later = pickle.loads(pickle.dumps(x))               # a load here: the same mapping
+    t = torch.from_dlpack(x)
+    t += 1
+    assert t.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert np.from_dlpack(later)[0] == 1.0              # this process: torch's write, as ever
+    shared = os.pread(fields["fd"], 48, 4096 + fields["offset"])     # what others map
+    assert np.frombuffer(shared, np.float64).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
@@ -181,7 +197,8 @@ def _args(x, **change):
 @pytest.mark.parametrize("field,value,match", [
     ("pid", -1, "field 'pid'"), ("pid", "1", "field 'pid'"), ("fd", -3, "field 'fd'"),
     ("device", 1.5, "field 'device'"), ("inode", None, "field 'inode'"),
-    ("token", b"short", "field 'token'"), ("offset", -1, "field 'offset'"),
+    ("token", b"short", "field 'token'"), ("serial", -1, "field 'serial'"),
+    ("offset", -1, "field 'offset'"),
     ("shape", (1 << 40,), "'shape' = .* reach outside the 32-byte data of the segment"),
     ("strides", (3,), "'strides' = \\(3,\\) .* reach outside the 32-byte data"),
     ("flags", 8, "field 'flags'"),
@@ -222,7 +239,7 @@ def test_forged_handles_in_this_process():
     x = share(np.arange(4, dtype=np.float64))
     with pytest.raises(BufferError, match="field 'token'"):        # the mapped segment's
         _rebuild_shared(*_args(x, token=bytes(16)))
-    with pytest.raises(BufferError, match="11 fields where this pickle has 12"):
+    with pytest.raises(BufferError, match="12 fields where this pickle has 13"):
         _rebuild_shared(*_args(x)[:-1])
     with pytest.raises(BufferError, match="offset"):
         _rebuild_shared(*_args(x, offset=8 + 4096))
@@ -272,7 +289,7 @@ def test_spawn_process_args_write_back_and_forward(child_path):
     p.start()
     values, readonly, writeable, perms = q.get(timeout=60)
     p.join(60)
-    assert values == [0.0, 1.0, 2.0] and readonly and not writeable and perms.startswith("r--s")
+    assert values == [0.0, 1.0, 2.0] and readonly and not writeable and perms.startswith("rw-p")
     assert p.exitcode == 0
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as pool:
         for proto, stream in enumerate(streams):
@@ -319,7 +336,7 @@ def _check_forwarded(result, x):
 
 def _check_read_only(seen):
     values, readonly, writeable, perms = seen
-    assert values == [0.0, 1.0] and readonly and not writeable and perms.startswith("r--s")
+    assert values == [0.0, 1.0] and readonly and not writeable and perms.startswith("rw-p")
 
 
 def test_dask_local_cluster(child_path):
@@ -393,3 +410,17 @@ def test_lifetime_normal_exits_and_sigkill(child_path):
     gc.collect()
     assert (kids.memfds(), kids.mapped()) == (base_fds, base_maps)
     assert _dev_shm_ours() == shm_before == []
+
+
+def test_each_pickle_keeps_the_segment_until_it_is_loaded():
+    """A pickle loaded twice (Ray's put read by two tasks) counts once: a later pickle not yet
+    loaded still keeps the segment after the sender drops every view (spec §11)."""
+    x = share(np.arange(3.0))
+    twice = pickle.dumps(x)
+    first, second = pickle.loads(twice), pickle.loads(twice)
+    loaded, waiting = pickle.dumps(x), pickle.dumps(x)
+    third = pickle.loads(loaded)
+    del x, first, second, third
+    gc.collect()
+    share(np.zeros(1))                                  # lets go of the loaded pickles
+    assert np.from_dlpack(pickle.loads(waiting)).tolist() == [0.0, 1.0, 2.0]
