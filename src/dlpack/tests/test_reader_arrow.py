@@ -687,10 +687,14 @@ def test_checker_does_not_read_a_bitmap_past_the_memory_there():
 
 
 _ENDLESS = """
-import ctypes, sys
+import ctypes, signal, sys
 from dlpack import asdlpack
 from dlpack.tools.check_arrow import ArrowArrayStream
 from dlpack.tests import arrow_producers as ap
+
+# Ctrl-C as in a terminal: a process started in the background by a shell without job control
+# (as a CI runner may start the suite) inherits SIGINT ignored, and Python keeps it so
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 lib = ctypes.CDLL(sys.argv[1])
 stream = ArrowArrayStream()
