@@ -11,6 +11,7 @@
 
 import errno as _errno
 import os as _os
+import weakref as _weakref
 
 # The way out of running short of descriptors: a segment holds one in every process mapping it.
 cdef str _SHM_NOFILE = (" (each shared segment holds a descriptor in every process that maps it: "
@@ -103,24 +104,37 @@ cdef extern from *:
            SHM_TOKEN };
     /* Open another process's segment (/proc/pid/fd/fd) and map it read-write, each check
        before the next: SHM_OK with *base, *size (the whole mapping) and *fd_out, or the step
-       that failed with *err its errno (0 for a check that failed). */
+       that failed with *err its errno (0 for a check that failed). The descriptor is first
+       opened as a path only (O_PATH: no driver's open runs, so a reused number naming a
+       terminal or a leased file has no effect) and opened for reading and writing only once
+       its device and inode are the segment's; the size is read after the seals are checked,
+       which keep it from changing. */
     static int dlpk_shm_open(long long pid, long long fd, unsigned long long dev,
                              unsigned long long ino, const unsigned char *token, int *fd_out,
                              char **base, uint64_t *size, int *err) {
+    #ifdef __linux__
         char path[64];
         struct stat st;
         void *p;
-        int f, seals, step = SHM_OK;
+        int f, at, seals, step = SHM_OK;
         *err = 0;
         snprintf(path, sizeof path, "/proc/%lld/fd/%lld", pid, fd);
-        f = open(path, O_RDWR | O_CLOEXEC);
-        if (f < 0) { *err = errno; return SHM_OPEN; }
-        if (fstat(f, &st) != 0) { *err = errno; step = SHM_STAT; }
-        else if ((unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino)
-            step = SHM_INODE;
-        else if ((seals = fcntl(f, F_GET_SEALS)) < 0
-                 || (seals & DLPK_SHM_SEALS) != DLPK_SHM_SEALS)
+        at = open(path, O_PATH | O_CLOEXEC);
+        if (at < 0) { *err = errno; return SHM_OPEN; }
+        if (fstat(at, &st) != 0) { *err = errno; close(at); return SHM_STAT; }
+        if ((unsigned long long)st.st_dev != dev || (unsigned long long)st.st_ino != ino) {
+            close(at);
+            return SHM_INODE;
+        }
+        snprintf(path, sizeof path, "/proc/self/fd/%d", at);
+        f = open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+        if (f < 0) *err = errno;
+        close(at);
+        if (f < 0) return SHM_OPEN;
+        if ((seals = fcntl(f, F_GET_SEALS)) < 0
+                || (seals & DLPK_SHM_SEALS) != DLPK_SHM_SEALS)
             step = SHM_SEALS;
+        else if (fstat(f, &st) != 0) { *err = errno; step = SHM_STAT; }
         else if (st.st_size < DLPK_SHM_HEAD)
             step = SHM_SIZE;
         if (step != SHM_OK) { close(f); return step; }
@@ -133,6 +147,12 @@ cdef extern from *:
         *base = (char *)p;
         *size = (uint64_t)st.st_size;
         return SHM_OK;
+    #else
+        (void)pid; (void)fd; (void)dev; (void)ino; (void)token; (void)fd_out; (void)base;
+        (void)size;
+        *err = ENOSYS;
+        return SHM_OPEN;
+    #endif
     }
 
     /* Read-only data: its pages mapped copy-on-write in place, so that no process can change
@@ -162,6 +182,7 @@ cdef extern from *:
     }
     """
     int SHM_HEAD "DLPK_SHM_HEAD"
+    uint64_t SHM_SERIALS "DLPK_SHM_SERIALS"
     enum:
         SHM_OK, SHM_OPEN, SHM_STAT, SHM_INODE, SHM_SEALS, SHM_SIZE, SHM_MAP, SHM_MAGIC, SHM_TOKEN
     ctypedef struct _ShmHeader "dlpk_shm_header":
@@ -201,38 +222,58 @@ cdef class _Segment:
         _shm_close(self.base, self.size, self.fd)
 
     def __repr__(self):
+        if self.base == NULL:
+            return "<pydlpack shared segment, not mapped>"
         return f"<pydlpack shared segment of {self.size - SHM_HEAD} bytes>"
 
     cdef inline char *data(self) noexcept:
         return self.base + SHM_HEAD
 
 
-cdef object _shm_mapped = None      # (device, inode) -> this process's _Segment (weak values)
+# The tables below are changed only by single C-level operations on a dict, a list or a set
+# while _shm_lock is held, never while Python code runs: a garbage collection, a finalizer or a
+# signal handler can run inside any of these functions, and may share or pickle again on the
+# same thread (so the lock is reentrant, and nothing is let go while it is held).
+cdef dict _shm_mapped = {}          # (device, inode) -> weakref to this process's _Segment
 cdef list _shm_pending = []         # (segment, serial) of each pickle made here, until loaded
-cdef object _shm_lock = _threading.Lock()
+cdef set _shm_kept = set()          # segments with pickles past the header's serials: kept
+cdef object _shm_lock = _threading.RLock()
 
 
 def _shm_after_fork():
     """A forked child's lock is a new one: another thread may have held the parent's."""
     global _shm_lock
-    _shm_lock = _threading.Lock()
+    _shm_lock = _threading.RLock()
 
 
 _os.register_at_fork(after_in_child=_shm_after_fork)
 
 
+cdef int _shm_map(_Segment seg) except -1:
+    """seg in the table that same-process loads and further loads find it by, and the entries
+    of segments gone since dropped."""
+    ref = _weakref.ref(seg)
+    key = (seg.dev, seg.ino)
+    with _shm_lock:
+        dead = [k for k, r in _shm_mapped.items() if r() is None]
+        for k in dead:
+            del _shm_mapped[k]
+        _shm_mapped[key] = ref
+    return 0
+
+
+cdef _Segment _shm_lookup(object dev, object ino):
+    """This process's mapping of the segment (dev, ino) names, or None."""
+    with _shm_lock:
+        ref = _shm_mapped.get((dev, ino))
+    return ref() if ref is not None else None
+
+
 cdef int _shm_stat(_Segment seg) except -1:
-    """seg's device and inode (what names it in every process), and seg in the table that
-    same-process loads and further loads find it by."""
-    global _shm_mapped
+    """seg's device and inode (what names it in every process), and seg in the table."""
     st = _os.fstat(seg.fd)
     seg.dev, seg.ino = st.st_dev, st.st_ino
-    with _shm_lock:
-        if _shm_mapped is None:
-            import weakref
-            _shm_mapped = weakref.WeakValueDictionary()
-        _shm_mapped[(seg.dev, seg.ino)] = seg
-    return 0
+    return _shm_map(seg)
 
 
 cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
@@ -285,14 +326,12 @@ cdef tuple _SHM_STEPS = (
 cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes token):
     """The segment a pickle names, mapped once in this process and checked before use:
     device and inode, seals, size, magic, then the token, each refusal naming its field."""
-    global _shm_mapped
     cdef _Segment seg
     cdef int step, err = 0
     cdef long long c_pid = pid, c_fd = fd
     cdef unsigned long long c_dev = dev, c_ino = ino
     cdef const unsigned char *tok = <const unsigned char *><char *>token
-    with _shm_lock:
-        seg = _shm_mapped.get((dev, ino)) if _shm_mapped is not None else None
+    seg = _shm_lookup(dev, ino)
     if seg is not None:
         if seg.token != token:
             raise Refusal(f"pickle: field 'token' = {token.hex()} is not the token of the "
@@ -312,7 +351,9 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
                 "another's now, spec §11)"
                 if err in (_errno.EACCES, _errno.EPERM) else
                 " (the sending process exited or dropped every view of it: keep the sender "
-                "alive until its pickles are loaded, spec §11)" if step <= SHM_INODE else
+                "alive until its pickles are loaded; or this process runs in another PID "
+                "namespace than the sender's, a container: share by value there, spec §11)"
+                if step <= SHM_INODE else
                 "; the pickle is corrupt or forged")
         raise Refusal(f"pickle: {field} (pid {pid}, fd {fd}, device {dev}, inode {ino}): "
                       f"/proc/{pid}/fd/{fd} {_SHM_STEPS[step]}{why}{gone}")
@@ -320,31 +361,37 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
     seg.readonly = (<_ShmHeader *>seg.base).readonly != 0
     _shm_seal(seg)
     seg.dev, seg.ino = dev, ino
-    with _shm_lock:
-        if _shm_mapped is None:
-            import weakref
-            _shm_mapped = weakref.WeakValueDictionary()
-        _shm_mapped[(seg.dev, seg.ino)] = seg
+    _shm_map(seg)
     return seg
 
 
 cdef uint64_t _shm_pickled(_Segment seg) except? 0:
     """A new pickle's serial; seg is kept alive here until that pickle was loaded once (by any
-    process), or this process ends."""
+    process), or, past the header's serials, until this process ends."""
     cdef uint64_t serial = _shm_serial(seg.base)
     _shm_prune()
+    entry = (seg, serial)
     with _shm_lock:
-        _shm_pending.append((seg, serial))
+        if serial < SHM_SERIALS:
+            _shm_pending.append(entry)
+        else:
+            _shm_kept.add(seg)
     return serial
 
 
 cdef int _shm_prune() except -1:
     """Let go of the pickles that were loaded (at each share and pickle: no thread of its
-    own); a segment goes with the last of its pickles and views."""
+    own); a segment goes with the last of its pickles and views. The list is taken whole, its
+    entries still waiting put back: a share or pickle in between appends to the new list."""
+    global _shm_pending
+    cdef list fresh = [], taken
     with _shm_lock:
-        _shm_pending[:] = [e for e in _shm_pending
-                           if not _shm_marked((<_Segment>e[0]).base, e[1])]
-    return 0
+        taken = _shm_pending
+        _shm_pending = fresh
+    waiting = [e for e in taken if not _shm_marked((<_Segment>e[0]).base, e[1])]
+    with _shm_lock:
+        _shm_pending.extend(waiting)
+    return 0                            # taken, with the loaded pickles' segments, goes here
 
 
 cdef _Segment _shm_origin(DLPackObject self, int64_t *offset):
@@ -362,10 +409,12 @@ cdef _Segment _shm_origin(DLPackObject self, int64_t *offset):
 cdef _Segment _shm_holding(DLPackObject self, int64_t *offset):
     """The segment mapped in this process that self's elements lie in, whatever self's bases
     (a NumPy or torch view of shared data), found by address; None if none."""
+    cdef _Segment seg
     with _shm_lock:
-        segments = list(_shm_mapped.values()) if _shm_mapped is not None else []
-    for seg in segments:
-        if _shm_offset(self, <_Segment>seg, offset):
+        refs = list(_shm_mapped.values())
+    for ref in refs:
+        seg = ref()
+        if seg is not None and _shm_offset(self, seg, offset):
             return seg
     return None
 
@@ -389,7 +438,9 @@ def share(obj, *, readonly=None):
     processes map: its pickle, in any protocol, is a handle of that memory, so a process it is
     sent to reads and writes the same bytes (spec §11). Data already in such a segment is used
     where it lies; anything else is copied in once (C order). ``readonly`` (default: the
-    source's) makes the data read-only, mapped so in every process."""
+    source's) makes the result read-only: new data is mapped copy-on-write in every process, so
+    no process's write reaches another; a read-only view of a writable segment is read-only by
+    its flag only."""
     cdef DLPackObject src = asdlpack(obj), r
     cdef _Segment seg
     cdef int64_t at = 0
@@ -411,11 +462,14 @@ def share(obj, *, readonly=None):
                            "share", -1, -1)
         _own_base(r, src)
         return r
-    seg = _shm_holding(src, &at)            # shared data another library's view reaches
-    if seg is not None and (ro or not was_ro):
+    # Shared data another library's view reaches, used in place unless the view says it is
+    # writable and the segment is read-only: its pages here may have been written (copy-on-write,
+    # torch ignores READ_ONLY) and differ from what another process maps, so that is a copy.
+    seg = _shm_holding(src, &at)
+    if seg is not None and (ro or not was_ro) and (was_ro or not seg.readonly):
         r = _new_object()
         r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags
-                           | (FLAG_READ_ONLY if ro or seg.readonly else 0), "share", -1, -1)
+                           | (FLAG_READ_ONLY if ro else 0), "share", -1, -1)
         _own_base(r, seg)
         _keep_alive(r, src)
         return r

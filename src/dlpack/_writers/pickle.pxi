@@ -606,6 +606,7 @@ def _rebuild_shared(*fields):
     _field(ino, "inode", 0, INT64_MAX)
     _bytes_field(token, "token", 16)
     cdef uint64_t c_serial = _field(serial, "serial", 0, INT64_MAX)
+    _field(offset, "offset", 0, INT64_MAX)      # its type first; its bound once size is known
     try:
         _pickled_header(&p, code, bits, lanes, shape, strides, flags)
         seg = _shm_open(pid, fd, dev, ino, token)

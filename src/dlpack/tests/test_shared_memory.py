@@ -424,3 +424,136 @@ def test_each_pickle_keeps_the_segment_until_it_is_loaded():
     gc.collect()
     share(np.zeros(1))                                  # lets go of the loaded pickles
     assert np.from_dlpack(pickle.loads(waiting)).tolist() == [0.0, 1.0, 2.0]
+
+
+# -- reentrancy, long-lived objects, stale handles -------------------------------------------------
+
+_REENTRANT = r'''
+import faulthandler, gc, pickle, signal, sys, weakref
+import numpy as np
+from dlpack import share
+faulthandler.dump_traceback_later(60, exit=True)       # a deadlock fails, it does not hang
+x = share(np.arange(4.0))
+# a finalizer that pickles, run when a share or pickle lets go of a loaded pickle's segment
+y = share(np.arange(4.0))
+pickle.loads(pickle.dumps(y))
+weakref.finalize(y.base, lambda: pickle.dumps(x))
+del y
+gc.collect()
+pickle.dumps(x)
+# __del__ of garbage cycles, collected inside share and pickle, sharing and pickling again
+class Cycle:
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        pickle.loads(pickle.dumps(share(np.arange(2.0))))
+gc.set_threshold(20, 1, 1)
+for _ in range(3000):
+    Cycle()
+    pickle.loads(pickle.dumps(share(np.arange(3.0))))
+# a signal handler that pickles, every 0.2 ms, while shares and pickles run
+signal.signal(signal.SIGALRM, lambda *_: pickle.loads(pickle.dumps(x)))
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+for _ in range(3000):
+    pickle.loads(pickle.dumps(share(np.arange(3.0))))
+signal.setitimer(signal.ITIMER_REAL, 0)
+print(np.from_dlpack(pickle.loads(pickle.dumps(x))).tolist())
+'''
+
+
+def test_finalizers_and_signal_handlers_may_share_and_pickle():
+    """Code that runs inside a share or pickle on the same thread (a finalizer, a collected
+    cycle's __del__, a signal handler) may share and pickle too: no deadlock on the tables'
+    lock, no entry lost (spec §11's reentrancy)."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", _REENTRANT], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split("\n")[-2] == "[0.0, 1.0, 2.0, 3.0]"
+
+
+def test_pickles_past_the_serials_keep_the_segment_once():
+    """A long-lived object pickled more often than the header has serials (a broadcast sent to
+    every task) keeps its segment once, not an entry per pickle that every share and pickle
+    would walk again."""
+    import tracemalloc
+
+    x = share(np.arange(3.0))
+    for _ in range(32448 + 10):                        # the header's serials, and past them
+        pickle.loads(pickle.dumps(x))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(5000):
+            stream = pickle.dumps(x)
+            assert np.from_dlpack(pickle.loads(stream)).tolist() == [0.0, 1.0, 2.0]
+        del stream
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 50_000, f"{kept} bytes kept by 5000 pickles past the serials"
+
+
+def test_a_writable_view_of_read_only_shared_data_is_copied():
+    """torch's view of read-only shared data says it is writable, and torch's write lands in
+    this process's copy-on-write pages: sharing it in place would send what the segment holds,
+    not the tensor's values. A read-only view is shared in place."""
+    torch = lib("torch")
+    x = share(np.zeros(4), readonly=True)
+    assert share(np.from_dlpack(x)).data_ptr == x.data_ptr
+    t = torch.from_dlpack(x)
+    t += 7
+    s = share(t)
+    assert s.data_ptr != x.data_ptr and not s.readonly
+    f = _fields(s)
+    sent = os.pread(f["fd"], 32, 4096 + f["offset"])   # what another process maps
+    assert np.frombuffer(sent, np.float64).tolist() == [7.0] * 4
+
+
+def test_a_handle_is_checked_field_by_field_before_it_is_opened():
+    """Every field's type comes before the segment is opened: an offset of the wrong type is
+    named even when the descriptor cannot be opened, and a number that is not a segment names
+    both an exited sender and another PID namespace."""
+    x = share(np.arange(4, dtype=np.float64))
+    with pytest.raises(BufferError, match="field 'offset'"):
+        _rebuild_shared(*_args(x, offset="8", fd=(1 << 30), inode=(1 << 40)))
+    with pytest.raises(BufferError, match=r"'pid' and 'fd'.*cannot be opened.*exited.*PID "
+                                          "namespace"):
+        _rebuild_shared(*_args(x, fd=(1 << 30), inode=(1 << 40)))
+
+
+_TERMINAL = r'''
+import os, sys
+from dlpack._core import _rebuild_shared
+os.setsid()                                             # a session leader with no terminal
+tty = lambda: open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4]
+before = tty()
+try:
+    _rebuild_shared(*eval(sys.argv[1]))
+except BufferError as e:
+    print("refused", "'device' and 'inode'" in str(e))
+print(before, tty())
+'''
+
+
+def test_a_descriptor_reused_by_a_terminal_is_not_opened():
+    """A handle whose descriptor number now names a terminal is refused by device and inode
+    before any open a driver sees: the receiver does not take the terminal as its controlling
+    one (a path-only open first, spec §11)."""
+    import pty
+    import subprocess
+
+    x = share(np.arange(4, dtype=np.float64))
+    master, slave = pty.openpty()
+    try:
+        forged = _args(x, fd=slave)
+        run = subprocess.run([sys.executable, "-c", _TERMINAL, repr(forged)],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:2] == ["refused True", "0 0"], run.stdout
