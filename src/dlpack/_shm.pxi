@@ -249,17 +249,23 @@ def _shm_after_fork():
 _os.register_at_fork(after_in_child=_shm_after_fork)
 
 
-cdef int _shm_map(_Segment seg) except -1:
-    """seg in the table that same-process loads and further loads find it by, and the entries
-    of segments gone since dropped."""
+cdef _Segment _shm_map(_Segment seg):
+    """The segment this process maps for seg's device and inode: seg, put in the table that
+    same-process loads and further loads find it by, or the one there already (two loads of a
+    segment racing map it once; the loser's mapping goes when its caller drops it, after the
+    lock). Entries of segments gone since are dropped."""
     ref = _weakref.ref(seg)
     key = (seg.dev, seg.ino)
     with _shm_lock:
         dead = [k for k, r in _shm_mapped.items() if r() is None]
         for k in dead:
             del _shm_mapped[k]
-        _shm_mapped[key] = ref
-    return 0
+        held = _shm_mapped.get(key)
+        there = held() if held is not None else None
+        if there is None:
+            _shm_mapped[key] = ref
+            there = seg
+    return there
 
 
 cdef _Segment _shm_lookup(object dev, object ino):
@@ -273,7 +279,8 @@ cdef int _shm_stat(_Segment seg) except -1:
     """seg's device and inode (what names it in every process), and seg in the table."""
     st = _os.fstat(seg.fd)
     seg.dev, seg.ino = st.st_dev, st.st_ino
-    return _shm_map(seg)
+    _shm_map(seg)                       # a new inode: no other mapping of it
+    return 0
 
 
 cdef _Segment _shm_create(uint64_t nbytes, bint readonly):
@@ -333,11 +340,7 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
     cdef const unsigned char *tok = <const unsigned char *><char *>token
     seg = _shm_lookup(dev, ino)
     if seg is not None:
-        if seg.token != token:
-            raise Refusal(f"pickle: field 'token' = {token.hex()} is not the token of the "
-                          f"segment fields 'device' = {dev} and 'inode' = {ino} name; the "
-                          "pickle is corrupt or forged")
-        return seg
+        return _shm_same_token(seg, token)
     seg = _Segment.__new__(_Segment)
     with nogil:
         step = _shm_open_c(c_pid, c_fd, c_dev, c_ino, tok, &seg.fd, &seg.base, &seg.size, &err)
@@ -361,7 +364,15 @@ cdef _Segment _shm_open(object pid, object fd, object dev, object ino, bytes tok
     seg.readonly = (<_ShmHeader *>seg.base).readonly != 0
     _shm_seal(seg)
     seg.dev, seg.ino = dev, ino
-    _shm_map(seg)
+    return _shm_same_token(_shm_map(seg), token)
+
+
+cdef _Segment _shm_same_token(_Segment seg, bytes token):
+    """seg, which this process maps already, if the pickle carries its token."""
+    if seg.token != token:
+        raise Refusal(f"pickle: field 'token' = {token.hex()} is not the token of the "
+                      f"segment fields 'device' = {seg.dev} and 'inode' = {seg.ino} name; the "
+                      "pickle is corrupt or forged")
     return seg
 
 
@@ -462,11 +473,12 @@ def share(obj, *, readonly=None):
                            "share", -1, -1)
         _own_base(r, src)
         return r
-    # Shared data another library's view reaches, used in place unless the view says it is
-    # writable and the segment is read-only: its pages here may have been written (copy-on-write,
-    # torch ignores READ_ONLY) and differ from what another process maps, so that is a copy.
+    # Shared data another library's view reaches, used in place if the segment is writable: a
+    # read-only one's pages here may have been written copy-on-write (torch ignores READ_ONLY,
+    # and a view of torch's tensor may say read-only again) and differ from what another
+    # process maps, so that is a copy.
     seg = _shm_holding(src, &at)
-    if seg is not None and (ro or not was_ro) and (was_ro or not seg.readonly):
+    if seg is not None and not seg.readonly and (ro or not was_ro):
         r = _new_object()
         r._describe_tensor(<const DLTensor *>&src.desc.dl, src.desc.flags
                            | (FLAG_READ_ONLY if ro else 0), "share", -1, -1)

@@ -497,20 +497,55 @@ def test_pickles_past_the_serials_keep_the_segment_once():
     assert kept < 50_000, f"{kept} bytes kept by 5000 pickles past the serials"
 
 
-def test_a_writable_view_of_read_only_shared_data_is_copied():
-    """torch's view of read-only shared data says it is writable, and torch's write lands in
-    this process's copy-on-write pages: sharing it in place would send what the segment holds,
-    not the tensor's values. A read-only view is shared in place."""
+def test_another_librarys_view_of_read_only_shared_data_is_copied():
+    """torch's write into read-only shared data lands in this process's copy-on-write pages,
+    and a view of them may say read-only again (NumPy's of torch's tensor): sharing any such
+    view in place would send what the segment holds, not the view's values. A writable
+    segment's views are shared in place (test_share_copies_once_and_consumers_read_in_place)."""
     torch = lib("torch")
     x = share(np.zeros(4), readonly=True)
-    assert share(np.from_dlpack(x)).data_ptr == x.data_ptr
     t = torch.from_dlpack(x)
     t += 7
-    s = share(t)
-    assert s.data_ptr != x.data_ptr and not s.readonly
-    f = _fields(s)
-    sent = os.pread(f["fd"], 32, 4096 + f["offset"])   # what another process maps
-    assert np.frombuffer(sent, np.float64).tolist() == [7.0] * 4
+    a = t.numpy()
+    a.flags.writeable = False
+    for view in (t, a, np.from_dlpack(x)):
+        s = share(view)
+        assert s.data_ptr != x.data_ptr
+        f = _fields(s)
+        sent = os.pread(f["fd"], 32, 4096 + f["offset"])   # what another process maps
+        assert np.frombuffer(sent, np.float64).tolist() == [7.0] * 4
+
+
+_RACING_LOADS = r'''
+import os, pickle, sys, threading
+import numpy as np
+from dlpack import share
+from dlpack.tests import shm_children as kids
+handles = pickle.load(sys.stdin.buffer)
+barrier, out = threading.Barrier(len(handles)), []
+def load(h):
+    barrier.wait()
+    out.append(pickle.loads(h))
+threads = [threading.Thread(target=load, args=(h,)) for h in handles]
+for t in threads: t.start()
+for t in threads: t.join()
+print(kids.memfds(), kids.mapped(), len({o.data_ptr for o in out}),
+      sum(share(np.from_dlpack(o)[1:]).data_ptr == o.data_ptr + 8 for o in out))
+'''
+
+
+def test_loads_racing_in_threads_map_a_segment_once():
+    """Threads loading handles of one segment at once share one mapping (the first to enter
+    the table wins), so every view of it is found by address and shared in place."""
+    import subprocess
+
+    x = share(np.arange(8.0))
+    handles = [pickle.dumps(x) for _ in range(8)]
+    for _ in range(3):
+        run = subprocess.run([sys.executable, "-c", _RACING_LOADS], input=pickle.dumps(handles),
+                             capture_output=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split() == [b"1", b"1", b"1", b"8"], run.stdout
 
 
 def test_a_handle_is_checked_field_by_field_before_it_is_opened():
