@@ -3620,6 +3620,78 @@ def _register_fourth_round_stacks() -> None:
 
 _register_fourth_round_stacks()
 
+
+def _register_shared_memory() -> None:
+    """dlpack.share's handles forged or loaded at hostile moments (spec §11), with the standard
+    library only: refused naming the field before anything is opened, and no deadlock when a
+    finalizer pickles while a pickle lets go of a segment."""
+    g = "shared-memory"
+
+    def handle(x, **change):
+        _, args = x.__reduce_ex__(5)            # what its pickle carries
+        fields = dict(zip(("pid", "fd", "device", "inode", "token", "serial", "offset", "code",
+                           "bits", "lanes", "shape", "strides", "flags"), args, strict=True))
+        fields.update(change)
+        return tuple(fields.values())
+
+    def forged(**change):
+        def run():
+            from dlpack import share
+            from dlpack._core import _rebuild_shared
+
+            x = share(bytearray(32))
+            return summary(_rebuild_shared(*handle(x, **change)))
+        return run
+
+    add(g, "offset-of-another-type-unopenable-fd",
+        forged(offset="8", fd=1 << 30, inode=1 << 40), buffer_error("'offset'"))
+    add(g, "offset-past-the-data", forged(offset=33), buffer_error("'offset'"))
+
+    def pipe_fd():
+        import os
+
+        from dlpack import share
+        from dlpack._core import _rebuild_shared
+
+        x = share(bytearray(32))
+        r, w = os.pipe()
+        try:
+            return summary(_rebuild_shared(*handle(x, fd=r, inode=1 << 40)))   # not mapped here
+        finally:
+            os.close(r)
+            os.close(w)
+
+    add(g, "fd-reused-by-a-pipe", pipe_fd, buffer_error("'device' and 'inode'", "another file"))
+
+    def finalizer_pickles():
+        import pickle
+
+        from dlpack import share
+
+        x, y = share(bytearray(b"abcd")), share(bytearray(b"efgh"))
+        pickle.loads(pickle.dumps(y))
+        weakref.finalize(y.base, lambda: pickle.dumps(x))
+        del y
+        gc.collect()
+        pickle.dumps(x)             # lets go of y's segment, whose finalizer pickles x
+        return list(bytes(pickle.loads(pickle.dumps(x))))
+
+    add(g, "finalizer-pickles-while-a-pickle-lets-go", finalizer_pickles, Gives(list(b"abcd")))
+
+    def view_of_read_only():
+        from dlpack import share
+
+        x = share(bytearray(b"abcd"), readonly=True)
+        y = share(memoryview(x))                # another library's view of a read-only segment
+        return [y.data_ptr != x.data_ptr, y.readonly, list(bytes(y))]
+
+    add(g, "view-of-a-read-only-segment-is-copied", view_of_read_only,
+        Gives([True, True, list(b"abcd")]))
+
+
+if sys.platform.startswith("linux"):
+    _register_shared_memory()
+
 GROUPS = sorted({c.group for c in CASES.values()})
 
 
